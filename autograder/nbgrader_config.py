@@ -1,0 +1,33 @@
+"""nbgrader configuration for the Buffer Donation Lab course.
+
+This folder is an nbgrader course: `source/buffer-donation/` holds the
+instructor notebooks (solutions and hidden tests). Everything else nbgrader
+makes here (release/, submitted/, autograded/, feedback/, gradebook.db) is
+local state and ignored by git.
+"""
+import os
+
+c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
+
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "buffer-donation-lab"
+c.CourseDirectory.db_assignments = [dict(name="buffer-donation")]
+
+# Student stubs: what an unanswered cell raises.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A cell may run at most this long during validate/autograde. The grading
+# command also bounds each whole submission (time and memory).
+c.Execute.timeout = 60
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
+
+# solutions/ = the source with answers kept and hidden tests removed, no
+# outputs. Executing them is the test suite's job, not generate_solution's.
+c.GenerateSolution.preprocessors = [
+    "nbgrader.preprocessors.IncludeHeaderFooter",
+    "nbgrader.preprocessors.LockCells",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.ClearMarkScheme",
+    "nbgrader.preprocessors.ClearHiddenTests",
+]

@@ -1,0 +1,69 @@
+"""Run a notebook top to bottom in a fresh kernel and report its errors.
+
+Used by the test suite and the benchmarks, so that "the lesson runs" means
+the same thing everywhere: nbclient, a new kernel per notebook, every cell.
+"""
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+
+@dataclass
+class CellError:
+    index: int
+    cell_id: str
+    ename: str
+    evalue: str
+    tags: list
+    nbgrader: dict
+
+    @property
+    def is_solution(self) -> bool:
+        return bool(self.nbgrader.get("solution"))
+
+    @property
+    def is_test(self) -> bool:
+        return bool(self.nbgrader.get("grade")) and not self.is_solution
+
+
+@dataclass
+class Run:
+    path: Path
+    notebook: nbformat.NotebookNode
+    seconds: float
+    errors: list = field(default_factory=list)
+
+
+def run_notebook(path, timeout: int = 120, cwd=None, env=None) -> Run:
+    """Execute every cell (errors do not stop the run) and collect the errors."""
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(cwd or path.parent)}},
+    )
+    start = time.perf_counter()
+    # env goes to the kernel's start: e.g. XLA_FLAGS, or NBGRADER_EXECUTION.
+    client.execute(**({"env": env} if env is not None else {}))
+    seconds = time.perf_counter() - start
+    errors = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                errors.append(CellError(
+                    index=index,
+                    cell_id=cell.get("id", ""),
+                    ename=out.get("ename", ""),
+                    evalue=out.get("evalue", ""),
+                    tags=list(cell.metadata.get("tags", [])),
+                    nbgrader=dict(cell.metadata.get("nbgrader", {})),
+                ))
+    return Run(path=path, notebook=nb, seconds=seconds, errors=errors)

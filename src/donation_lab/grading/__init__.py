@@ -1,0 +1,1 @@
+"""Class-scale grading on top of nbgrader (see cli.py)."""

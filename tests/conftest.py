@@ -1,0 +1,134 @@
+"""Shared fixtures: paths, the venv environment, a scratch nbgrader course,
+and a JupyterLab server started through the README's lab command."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from donation_lab.cli import free_port
+from donation_lab.course import venv_env
+from donation_lab.paths import ASSIGNMENT, AUTOGRADER, NOTEBOOKS, ROOT, SOLUTIONS, SOURCE
+
+COURSE = ROOT / "course"
+
+
+@pytest.fixture(scope="session")
+def env():
+    """Environment for subprocesses: the venv's bin/ first on PATH."""
+    return venv_env()
+
+
+def run(cmd, env, cwd=ROOT, timeout=600, check=True):
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def nbgrader(course_dir, *args, env, check=True, timeout=600):
+    return run([sys.executable, "-m", "nbgrader", *args], env=env, cwd=course_dir,
+               check=check, timeout=timeout)
+
+
+def make_course(dest: Path) -> Path:
+    """A scratch copy of the nbgrader course (config + source), no state."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(AUTOGRADER / "nbgrader_config.py", dest / "nbgrader_config.py")
+    shutil.copytree(SOURCE, dest / "source" / ASSIGNMENT)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def released_course(tmp_path_factory, env):
+    """A scratch course on which `nbgrader generate_assignment` has run once."""
+    course = make_course(tmp_path_factory.mktemp("course"))
+    nbgrader(course, "generate_assignment", ASSIGNMENT, "--force", env=env)
+    return course
+
+
+def wait_for_http(url, timeout=90.0, proc=None):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"server exited early with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.status, resp.read()
+        except Exception as exc:  # not up yet
+            last = exc
+            time.sleep(0.3)
+    raise AssertionError(f"{url} did not answer within {timeout:.0f}s: {last}")
+
+
+class LabServer:
+    def __init__(self, proc, port, token, log):
+        self.proc, self.port, self.token, self.log = proc, port, token, log
+        self.base = f"http://127.0.0.1:{port}"
+
+    def api(self, path):
+        import json
+        status, body = wait_for_http(f"{self.base}{path}?token={self.token}", proc=self.proc)
+        return status, json.loads(body)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:  # jupyter asks "shut down?" on one SIGINT; a second stops it
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_lab(env, tmp_path, extra=()):
+    """Start JupyterLab with the README's lab command on a free port."""
+    port = free_port()
+    token = "test-token-" + os.urandom(6).hex()
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(
+        [str(COURSE), "lab", "--no-browser", "--port", str(port), "--token", token, *extra],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    server = LabServer(proc, port, token, tmp_path / "lab.log")
+    try:
+        wait_for_http(f"{server.base}/api/status?token={token}", proc=proc)
+    except Exception:
+        server.stop()
+        raise AssertionError((tmp_path / "lab.log").read_text())
+    return server
+
+
+@pytest.fixture
+def lab_server(env, tmp_path):
+    server = start_lab(env, tmp_path)
+    yield server
+    server.stop()
+
+
+def answered_copy(name: str, dest: Path) -> Path:
+    """The learner copy of `name` with every answer cell filled in from the
+    solution, as a learner who solved it would save it."""
+    import nbformat
+
+    learner = nbformat.read(NOTEBOOKS / name, as_version=4)
+    solution = {c.id: c for c in nbformat.read(SOLUTIONS / name, as_version=4).cells}
+    for cell in learner.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = solution[cell.id].source
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(learner, dest)
+    return dest

@@ -1,0 +1,64 @@
+"""The README's commands: the lab command serves the course; bad input to
+any command gets one clear line, not a traceback."""
+import json
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from conftest import COURSE, ROOT, run
+from donation_lab.paths import NOTEBOOKS
+
+
+def one_line_error(result):
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip() and "WARNING: Location" not in ln]
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1, f"expected one line, got:\n{result.stderr}"
+    return lines[0]
+
+
+def test_lab_command_serves_the_lessons(lab_server):
+    status, listing = lab_server.api("/api/contents")
+    assert status == 200
+    names = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
+    assert names == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    status, lab_page = 200, None
+    _, kernelspecs = lab_server.api("/api/kernelspecs")
+    assert "python3" in kernelspecs["kernelspecs"]
+
+
+def test_lab_command_prints_the_url(lab_server):
+    lab_server.api("/api/status")
+    log = lab_server.log.read_text()
+    assert f"http://127.0.0.1:{lab_server.port}/lab/tree/01_" in log
+    assert f"token={lab_server.token}" in log
+
+
+def test_lab_command_refuses_a_busy_port(env):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        result = run([str(COURSE), "lab", "--no-browser", "--port", str(port)], env=env, check=False, timeout=120)
+    line = one_line_error(result)
+    assert f"port {port} is already in use" in line
+
+
+def test_regenerate_names_a_malformed_source_notebook(env, tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "autograder" / "source" / "buffer-donation", source)
+    victim = sorted(source.glob("*.ipynb"))[0]
+    victim.write_text(victim.read_text()[:-40])  # a truncated save
+    result = run([str(COURSE), "regenerate", "--source", str(source), "--notebooks", str(tmp_path / "nb"),
+                  "--solutions", str(tmp_path / "sol")], env=env, check=False, timeout=300)
+    line = one_line_error(result)
+    assert victim.name in line and "not valid notebook JSON" in line
+
+
+def test_unknown_command_gets_usage(env):
+    result = run([str(COURSE), "frobnicate"], env=env, check=False, timeout=120)
+    assert result.returncode == 2
+    assert "unknown command 'frobnicate'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,51 @@
+"""The repository is laid out as the README says, and the pins agree."""
+import re
+
+from donation_lab.paths import ROOT, SOURCE
+
+
+def test_top_level_layout():
+    for name in ["notebooks", "autograder", "solutions", "binder", "requirements.txt", "README.md",
+                 "pyproject.toml", "src/donation_lab", "tests", "benchmarks", ".ci/run", ".gitignore",
+                 "course", "autograder/nbgrader_config.py"]:
+        assert (ROOT / name).exists(), f"missing {name}"
+
+
+def test_lessons_are_numbered_and_the_exercise_is_last():
+    names = sorted(p.name for p in SOURCE.glob("*.ipynb"))
+    assert names, "no source notebooks"
+    numbers = [int(n[:2]) for n in names]
+    assert all(re.match(r"^\d\d_[a-z0-9_]+\.ipynb$", n) for n in names), names
+    assert numbers == list(range(1, len(names) + 1)), f"lessons not numbered 01..N in order: {names}"
+    assert names[-1].endswith("_update_with_donate.ipynb"), names
+
+
+def _pins(path):
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            assert "==" in line, f"{path.name}: not an exact pin: {line!r}"
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    return pins
+
+
+def test_requirements_are_exact_pins_of_the_stack():
+    pins = _pins(ROOT / "requirements.txt")
+    assert pins["jax"] == "0.10.2" and pins["jaxlib"] == "0.10.2"
+    assert pins["nbgrader"] == "0.9.6"
+    assert pins["jupyterlab"].startswith("4.6.")
+    assert pins["ipywidgets"].startswith("8.1.")
+    for name in ["matplotlib", "nbclient", "psutil", "tqdm"]:
+        assert name in pins, f"{name} is not pinned"
+    test_pins = _pins(ROOT / "requirements-test.txt")
+    assert "pytest" in test_pins and "playwright" in test_pins
+
+
+def test_binder_uses_the_same_pins():
+    assert _pins(ROOT / "binder" / "requirements.txt") == _pins(ROOT / "requirements.txt")
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
+    post_build = (ROOT / "binder" / "postBuild").read_text().splitlines()
+    first_command = next(ln for ln in post_build if ln.strip() and not ln.startswith("#"))
+    assert first_command.strip() == "set -e", "postBuild must begin with set -e"
