@@ -1,0 +1,67 @@
+"""The memory measurement behind lesson 01 and the explorer."""
+import jax.numpy as jnp
+import pytest
+
+from donation_lab import memory
+from donation_lab.memory import (DEVICE_MEASURE, RSS_MEASURE, DeviceMeter, RssMeter,
+                                 compare_donation, elements_for_mib, pick_meter, run_loop_here)
+
+
+def test_donation_removes_the_extra_copy():
+    """The lesson's target: with donation a step needs at most 2% of the array
+    above the live arrays, without it at least 95% (a whole fresh output)."""
+    results = compare_donation(elements_for_mib(64), steps=3)
+    without, with_ = results[False], results[True]
+    assert without.measure == with_.measure == RSS_MEASURE
+    assert without.array_bytes == with_.array_bytes == 64 * 2 ** 20
+    assert without.extra_fraction >= 0.95, without.describe()
+    assert with_.extra_fraction <= 0.02, with_.describe()
+    assert len(without.extra_per_step) == 3
+    assert "without donation" in without.describe() and "with donation" in with_.describe()
+
+
+def test_rss_helpers():
+    assert memory.peak_rss_bytes() >= memory.current_rss_bytes() > 0
+    assert memory.reset_peak_rss() is True  # /proc/self/clear_refs works on this Linux
+    assert isinstance(pick_meter(), RssMeter)  # CPU: memory_stats() is None
+
+
+class FakeGpu:
+    """Stands in for a GPU device: its allocator counts the bytes in use."""
+
+    def __init__(self):
+        self.in_use = 1000
+        self.peak = 1000
+
+    def memory_stats(self):
+        return {"bytes_in_use": self.in_use, "peak_bytes_in_use": self.peak}
+
+
+def test_gpu_branch_uses_device_counters():
+    gpu = FakeGpu()
+    meter = pick_meter(gpu)
+    assert isinstance(meter, DeviceMeter) and meter.measure == DEVICE_MEASURE
+    gpu.in_use, gpu.peak = 5000, 9000
+    assert meter.current() == 5000 and meter.peak() == 9000
+
+
+def test_loop_with_a_fake_gpu_meter_reports_its_numbers():
+    class Meter(DeviceMeter):
+        # live arrays take 800 bytes; each step peaks 400 above them
+        calls = 0
+
+        def current(self):
+            Meter.calls += 1
+            return 1000 if Meter.calls == 1 else 1800
+
+        def peak(self):
+            return 2200
+
+    m = run_loop_here(100, 2, donate=False, meter=Meter(FakeGpu()))
+    assert m.measure == DEVICE_MEASURE and m.live_bytes == 800
+    assert m.extra_per_step == [400, 400] and m.array_bytes == 400 and m.extra_fraction == 1.0
+
+
+def test_elements_for_mib():
+    assert elements_for_mib(1) == 2 ** 18
+    assert jnp.zeros(elements_for_mib(1), jnp.float32).nbytes == 2 ** 20
