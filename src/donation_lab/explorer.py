@@ -1,0 +1,129 @@
+"""The MEMORY EXPLORER: pick an array size and a number of steps, run the
+real loop with and without donation, and see the measured peaks.
+
+    from donation_lab.explorer import memory_explorer
+    memory_explorer()          # last expression of a cell: shows the widget
+
+Every run measures for real (`donation_lab.memory.compare_donation`, two
+fresh processes); nothing is simulated. Stable CSS classes, for browser
+tests and styling:
+
+- `donation-explorer`  the whole widget (a VBox)
+- `explorer-size`      the size slider (MiB)
+- `explorer-steps`     the steps slider
+- `explorer-donate`    the donation on/off toggle (which loop is highlighted)
+- `explorer-run`       the "Measure" button
+- `explorer-figures`   the measured figures, as text (an HTML widget)
+- `explorer-chart`     the chart (an Output widget holding a matplotlib figure)
+"""
+from __future__ import annotations
+
+import html
+
+from .memory import MiB, compare_donation, elements_for_mib
+
+__all__ = ["memory_explorer", "MemoryExplorer"]
+
+
+class MemoryExplorer:
+    """Builds the widget; `widget` is what a notebook displays."""
+
+    def __init__(self, size_mib: int = 64, steps: int = 3, donate: bool = True,
+                 measure_now: bool = True, measure=compare_donation):
+        import ipywidgets as w
+
+        self._measure = measure
+        self.results = None
+        self.runs = 0
+        self.size = w.IntSlider(value=size_mib, min=8, max=512, step=8,
+                                description="Array size (MiB)", continuous_update=False,
+                                style={"description_width": "initial"})
+        self.steps = w.IntSlider(value=steps, min=1, max=10, description="Steps",
+                                 continuous_update=False, style={"description_width": "initial"})
+        self.donate = w.ToggleButton(value=donate, description="Donation on",
+                                     tooltip="Highlight the loop that donates params")
+        self.button = w.Button(description="Measure", button_style="primary",
+                               tooltip="Run the real loop, with and without donation")
+        self.figures = w.HTML(value="<i>not measured yet</i>")
+        self.chart = w.Output()
+        for widget, css in [(self.size, "explorer-size"), (self.steps, "explorer-steps"),
+                            (self.donate, "explorer-donate"), (self.button, "explorer-run"),
+                            (self.figures, "explorer-figures"), (self.chart, "explorer-chart")]:
+            widget.add_class(css)
+        self.widget = w.VBox([
+            w.HTML("<b>Memory explorer</b>: peak memory of <code>params = step(params, grads)</code>"),
+            w.HBox([self.size, self.steps]),
+            w.HBox([self.donate, self.button]),
+            self.figures,
+            self.chart,
+        ])
+        self.widget.add_class("donation-explorer")
+        self.button.on_click(lambda _: self.run())
+        # A new size or step count measures again; the toggle only redraws.
+        self.size.observe(lambda _: self.run(), names="value")
+        self.steps.observe(lambda _: self.run(), names="value")
+        self.donate.observe(self._on_toggle, names="value")
+        if measure_now:
+            self.run()
+
+    def _on_toggle(self, change):
+        self.donate.description = "Donation on" if change["new"] else "Donation off"
+        if self.results is not None:
+            self._show()
+
+    def run(self):
+        """Measure for real at the chosen size and steps, then redraw."""
+        self.figures.value = (f"<i>measuring {self.size.value} MiB x {self.steps.value} steps, "
+                              "with and without donation...</i>")
+        self.results = self._measure(elements_for_mib(self.size.value), self.steps.value)
+        self.runs += 1
+        self._show()
+
+    def _show(self):
+        without, with_ = self.results[False], self.results[True]
+        chosen = with_ if self.donate.value else without
+        bold = ' style="font-weight:bold"'
+        rows = "".join(
+            f"<tr{bold if m is chosen else ''}>"
+            f"<td>{'with' if m.donate else 'without'} donation</td>"
+            f"<td>{m.extra_peak_bytes / MiB:.1f} MiB</td><td>{m.extra_fraction:.0%}</td></tr>"
+            for m in (without, with_))
+        self.figures.value = (
+            f"<div data-runs='{self.runs}'>Array: {without.array_bytes / MiB:.0f} MiB of float32, "
+            f"{without.steps} steps. Measure: {html.escape(without.measure)}, above the live "
+            f"params and grads.<table><tr><th>loop</th><th>extra peak per step</th>"
+            f"<th>of one array</th></tr>{rows}</table></div>")
+        self._draw(without, with_, chosen)
+
+    def _draw(self, without, with_, chosen):
+        # A bare Figure (no pyplot state) rendered to PNG and put into the
+        # Output widget directly: works the same in a kernel and in tests.
+        import io
+
+        from IPython.display import Image
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6, 2.8))
+        ax = fig.subplots()
+        steps = range(1, without.steps + 1)
+        for m, colour in ((without, "tab:red"), (with_, "tab:green")):
+            ax.plot(steps, [b / MiB for b in m.extra_per_step], marker="o", color=colour,
+                    linewidth=3 if m is chosen else 1,
+                    label=f"{'with' if m.donate else 'without'} donation")
+        ax.axhline(without.array_bytes / MiB, color="grey", linestyle=":", label="one params array")
+        ax.set_xlabel("step")
+        ax.set_ylabel("MiB above live arrays")
+        ax.set_title(f"Peak extra memory per step ({without.measure})", fontsize=10)
+        ax.set_xticks(list(steps))
+        ax.set_ylim(bottom=-0.05 * without.array_bytes / MiB)
+        ax.legend(loc="center right", fontsize=8)
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=80)
+        self.chart.outputs = ()
+        self.chart.append_display_data(Image(data=png.getvalue(), format="png"))
+
+
+def memory_explorer(size_mib: int = 64, steps: int = 3, donate: bool = True):
+    """The memory explorer widget, measured once on display."""
+    return MemoryExplorer(size_mib=size_mib, steps=steps, donate=donate).widget

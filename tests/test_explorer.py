@@ -1,0 +1,54 @@
+"""The memory explorer widget: built, measured, and redrawn when a control changes."""
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from donation_lab.explorer import MemoryExplorer, memory_explorer  # noqa: E402
+from donation_lab.memory import LoopMeasurement  # noqa: E402
+
+
+def fake_measure(n_elements, steps):
+    """Quick stand-in with the shape of compare_donation's answer."""
+    nbytes = n_elements * 4
+    return {donate: LoopMeasurement(n_elements=n_elements, steps=steps, donate=donate,
+                                    array_bytes=nbytes, live_bytes=2 * nbytes,
+                                    extra_per_step=[0 if donate else nbytes] * steps)
+            for donate in (False, True)}
+
+
+def classes(widget):
+    return set(widget._dom_classes)
+
+
+def test_controls_and_css_classes():
+    ex = MemoryExplorer(measure=fake_measure)
+    assert "donation-explorer" in classes(ex.widget)
+    assert "explorer-figures" in classes(ex.figures) and "explorer-chart" in classes(ex.chart)
+    assert ex.size.description == "Array size (MiB)" and ex.steps.description == "Steps"
+    assert ex.button.description == "Measure" and ex.donate.description == "Donation on"
+
+
+def test_measures_on_display_and_draws_a_chart():
+    ex = MemoryExplorer(size_mib=16, steps=2, measure=fake_measure)
+    assert ex.runs == 1
+    assert "16 MiB" in ex.figures.value and "process peak RSS (CPU)" in ex.figures.value
+    assert any(o.get("output_type") == "display_data" and "image/png" in o.get("data", {})
+               for o in ex.chart.outputs)
+
+
+def test_changing_a_control_measures_again():
+    ex = MemoryExplorer(size_mib=16, steps=2, measure=fake_measure)
+    ex.size.value = 32
+    assert ex.runs == 2 and "32 MiB" in ex.figures.value and "data-runs='2'" in ex.figures.value
+    ex.steps.value = 4
+    assert ex.runs == 3 and "4 steps" in ex.figures.value
+    ex.donate.value = False  # only redraws
+    assert ex.runs == 3 and ex.donate.description == "Donation off"
+    ex.button.click()
+    assert ex.runs == 4
+
+
+def test_real_measurement_small():
+    widget = memory_explorer(size_mib=16, steps=2)
+    figures = [c for c in widget.children if "explorer-figures" in classes(c)][0]
+    assert "without donation" in figures.value and "with donation" in figures.value
