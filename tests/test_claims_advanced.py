@@ -1,0 +1,318 @@
+"""Claims made by lessons 04-06 (pytrees, debug_nans, shardings), asserted on
+the pinned JAX. If an upgrade changes one of these behaviours, a test fails
+and the lesson's text must be revisited.
+
+Sharding claims need 8 simulated CPU devices, which XLA reads only when JAX
+starts; this process has already imported JAX, so they run in a subprocess.
+"""
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def debug_modes_off():
+    """Every claim starts and ends with debug_nans/debug_infs off."""
+    jax.config.update("jax_debug_nans", False)
+    jax.config.update("jax_debug_infs", False)
+    yield
+    jax.config.update("jax_debug_nans", False)
+    jax.config.update("jax_debug_infs", False)
+
+
+def deleted_tree(tree):
+    return jax.tree.map(lambda a: a.is_deleted(), tree)
+
+
+# ---------------------------------------------------------------- lesson 04
+
+@functools.partial(jax.jit, donate_argnames="params")
+def sgd_update(params, grads):
+    return jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+
+
+def test_donating_a_pytree_deletes_every_leaf_and_not_the_other_args():
+    params = {"w": jnp.ones(3), "b": jnp.ones(())}
+    grads = {"w": jnp.ones(3), "b": jnp.ones(())}
+    sgd_update(params, grads)
+    assert deleted_tree(params) == {"w": True, "b": True}
+    assert deleted_tree(grads) == {"w": False, "b": False}
+
+
+def test_donate_argnames_with_two_trees_donates_both_also_by_keyword():
+    @functools.partial(jax.jit, donate_argnames=("params", "opt_state"))
+    def step(params, opt_state, x):
+        return jax.tree.map(lambda p: p + x, params), jax.tree.map(lambda s: s * x, opt_state)
+
+    for call in ("positional", "keyword"):
+        params, state, x = {"w": jnp.ones(3)}, {"m": jnp.ones(3)}, jnp.ones(3)
+        if call == "positional":
+            step(params, state, x)
+        else:
+            step(params=params, opt_state=state, x=x)
+        assert params["w"].is_deleted() and state["m"].is_deleted(), call
+        assert not x.is_deleted(), call
+
+
+def test_two_leaves_sharing_one_array_fail_with_double_donation_and_nothing_is_deleted():
+    shared = jnp.zeros(3)
+    with pytest.raises(Exception, match="Attempt to donate the same buffer twice") as info:
+        sgd_update({"w": shared, "b": shared}, {"w": jnp.ones(3), "b": jnp.ones(3)})
+    assert isinstance(info.value, jax.errors.JaxRuntimeError)
+    assert not shared.is_deleted()
+
+
+def test_copying_the_leaves_repairs_double_donation():
+    shared = jnp.zeros(3)
+    untied = jax.tree.map(lambda a: a.copy(), {"w": shared, "b": shared})
+    out = sgd_update(untied, {"w": jnp.ones(3), "b": jnp.ones(3)})
+    assert deleted_tree(untied) == {"w": True, "b": True}
+    assert out["b"].tolist() == [-0.5, -0.5, -0.5]
+
+
+def test_lowered_args_info_marks_each_leaf_of_a_donated_tree():
+    info = sgd_update.lower({"w": jnp.ones(3)}, {"w": jnp.ones(3)}).args_info
+    (params_info, grads_info), _ = info
+    assert params_info["w"].donated is True
+    assert grads_info["w"].donated is False
+
+
+# ---------------------------------------------------------------- lesson 05
+
+def test_compiled_under_debug_nans_does_not_donate_and_does_not_warn():
+    f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
+    with jax.debug_nans(True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = jnp.ones(4)
+        f(x)
+    assert not x.is_deleted()
+    assert caught == []
+
+
+def test_config_update_debug_nans_also_disables_donation():
+    f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
+    jax.config.update("jax_debug_nans", True)
+    x = jnp.ones(4)
+    f(x)
+    jax.config.update("jax_debug_nans", False)
+    assert not x.is_deleted()
+
+
+def test_the_non_donating_program_is_cached_until_clear_cache():
+    f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
+    with jax.debug_nans(True):
+        f(jnp.ones(4))
+    x = jnp.ones(4)
+    f(x)
+    assert not x.is_deleted(), "debug_nans is now part of the cache key: lesson 05 is wrong"
+    f.clear_cache()
+    x = jnp.ones(4)
+    f(x)
+    assert x.is_deleted()
+
+
+def test_jax_clear_caches_also_restores_donation():
+    f = jax.jit(lambda x: 3.0 * x, donate_argnums=0)
+    with jax.debug_nans(True):
+        f(jnp.ones(4))
+    jax.clear_caches()
+    x = jnp.ones(4)
+    f(x)
+    assert x.is_deleted()
+
+
+def test_compiled_before_debug_nans_keeps_donating_and_nan_rerun_finds_input_deleted():
+    f = jax.jit(lambda x: jnp.log(x), donate_argnums=0)
+    f(jnp.ones(4))
+    with jax.debug_nans(True):
+        x = jnp.ones(4)
+        f(x)
+        assert x.is_deleted()
+        bad = -jnp.ones(4)
+        with pytest.raises(RuntimeError, match="Array has been deleted"):
+            f(bad)
+    assert bad.is_deleted()
+
+
+def test_compiled_under_debug_nans_reports_the_primitive_and_keeps_input():
+    f = jax.jit(lambda x: jnp.log(x), donate_argnums=0)
+    with jax.debug_nans(True):
+        bad = -jnp.ones(4)
+        with pytest.raises(FloatingPointError, match="nan.*log"):
+            f(bad)
+    assert not bad.is_deleted()
+
+
+def test_two_jits_of_one_function_with_the_same_options_share_the_cache():
+    def g(x):
+        return jnp.sin(x) * 2.0
+    first = jax.jit(g, donate_argnums=0)
+    first(jnp.ones(4))                      # compiled donating
+    second = jax.jit(g, donate_argnums=0)
+    with jax.debug_nans(True):
+        x = jnp.ones(4)
+        second(x)
+    assert x.is_deleted(), "a new jit wrapper no longer shares the cache: lesson 05's note is wrong"
+
+
+def test_debug_infs_does_not_disable_donation_and_inf_rerun_finds_input_deleted():
+    f = jax.jit(lambda x: 1.0 / x, donate_argnums=0)
+    with jax.debug_infs(True):
+        x = jnp.ones(4)
+        f(x)
+        assert x.is_deleted()
+        zero = jnp.zeros(4)
+        with pytest.raises(RuntimeError, match="Array has been deleted"):
+            f(zero)
+
+
+def test_recipe_non_donating_debug_copy_leaves_the_donating_step_donating():
+    def update(params, grad):
+        return params - 0.1 * jnp.sqrt(grad)
+    train_step = jax.jit(update, donate_argnums=0)
+    debug_step = jax.jit(update)
+    params = train_step(jnp.ones(4), jnp.ones(4))
+    with jax.debug_nans(True):
+        with pytest.raises(FloatingPointError, match="sqrt"):
+            debug_step(params, jnp.array([1.0, -1.0, 1.0, 1.0]))
+    assert not params.is_deleted()
+    old = params
+    train_step(params, jnp.ones(4))
+    assert old.is_deleted()
+
+
+# ---------------------------------------------------------------- lesson 06
+
+SHARDING_SCRIPT = textwrap.dedent("""
+    import json, warnings
+    import jax, jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    res = {"devices": len(jax.devices())}
+    mesh = jax.make_mesh((8,), ("x",))
+    res["default_axis_types"] = [t.name for t in mesh.axis_types]
+    split, rep = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+
+    def call(f, a):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = f(a)
+        return out, [str(w.message) for w in caught]
+
+    f = jax.jit(lambda v: 2.0 * v, in_shardings=split, out_shardings=split, donate_argnums=0)
+    a = jax.device_put(jnp.arange(16.0), split)
+    res["match_alias_bytes"] = f.lower(a).compile().memory_analysis().alias_size_in_bytes
+    out, w = call(f, a)
+    res["match"] = {"deleted": a.is_deleted(), "warnings": w, "spec": str(out.sharding.spec)}
+
+    g = jax.jit(lambda v: 2.0 * v, in_shardings=split, out_shardings=rep, donate_argnums=0)
+    a = jax.device_put(jnp.arange(16.0), split)
+    out, w = call(g, a)
+    res["mismatch"] = {"deleted": a.is_deleted(), "warnings": w}
+
+    amesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    asplit, arep = NamedSharding(amesh, P("x")), NamedSharding(amesh, P())
+    for name, target in (("silent", arep), ("fixed", asplit)):
+        h = jax.jit(lambda v, t=target: jax.lax.with_sharding_constraint(2.0 * v, t), donate_argnums=0)
+        a = jax.device_put(jnp.arange(16.0), asplit)
+        alias = h.lower(a).compile().memory_analysis().alias_size_in_bytes
+        requested = h.lower(a).args_info[0][0].donated
+        out, w = call(h, a)
+        res[name] = {"deleted": a.is_deleted(), "warnings": w, "alias": alias,
+                     "requested": requested, "spec": str(out.sharding.spec)}
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from jax.experimental.pjit import pjit
+    res["pjit_warnings"] = [[w.category.__name__, str(w.message)] for w in caught]
+    pf = pjit(lambda v: v + 1.0, in_shardings=split, out_shardings=split, donate_argnums=0)
+    a = jax.device_put(jnp.arange(16.0), split)
+    out = pf(a)
+    res["pjit"] = {"deleted": a.is_deleted(), "same_type_as_jit": type(pf) is type(f),
+                   "is_jax_jit": pjit is jax.jit}
+    print("RESULT" + json.dumps(res))
+""")
+
+
+@pytest.fixture(scope="module")
+def sharding_facts():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def test_xla_flag_gives_eight_cpu_devices_and_make_mesh_defaults_to_explicit(sharding_facts):
+    assert sharding_facts["devices"] == 8
+    assert sharding_facts["default_axis_types"] == ["Explicit"]
+
+
+def test_matching_shardings_donate_per_shard(sharding_facts):
+    match = sharding_facts["match"]
+    assert match == {"deleted": True, "warnings": [], "spec": "P('x',)"}
+    assert sharding_facts["match_alias_bytes"] == 8  # 2 float32 per device
+
+
+def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(sharding_facts):
+    mismatch = sharding_facts["mismatch"]
+    assert mismatch["deleted"] is False
+    assert len(mismatch["warnings"]) == 1
+    assert mismatch["warnings"][0].startswith("Some donated buffers were not usable: float32[2].")
+
+
+def test_sharding_constraint_on_auto_mesh_misses_donation_silently(sharding_facts):
+    silent = sharding_facts["silent"]
+    assert silent["requested"] is True
+    assert silent["deleted"] is False
+    assert silent["warnings"] == []
+    assert silent["alias"] == 0
+    assert silent["spec"] == "P()"
+
+
+def test_constraining_to_the_input_sharding_repairs_the_silent_miss(sharding_facts):
+    fixed = sharding_facts["fixed"]
+    assert fixed["deleted"] is True and fixed["warnings"] == [] and fixed["alias"] == 8
+
+
+def test_pjit_is_deprecated_and_builds_the_same_kind_of_function_as_jit(sharding_facts):
+    assert sharding_facts["pjit_warnings"] == [
+        ["DeprecationWarning", "jax.experimental.pjit.pjit has been deprecated. Please use `jax.jit` instead."]]
+    assert sharding_facts["pjit"] == {"deleted": True, "same_type_as_jit": True, "is_jax_jit": False}
+
+
+def test_shard_layout_helpers_describe_and_grid(sharding_facts):
+    # The helpers lesson 06 uses to draw layouts (rich is not installed, so
+    # jax.debug.visualize_array_sharding is not available).
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        from donation_lab.shard_layout import describe_shards, shard_owners
+        m = jax.make_mesh((8,), ("x",))
+        a = jax.device_put(jnp.arange(16.0), NamedSharding(m, P("x")))
+        print(shard_owners(a).tolist())
+        print(describe_shards(a).splitlines()[1])
+        m2 = jax.make_mesh((4, 2), ("x", "y"))
+        print(shard_owners(jax.device_put(jnp.zeros((4, 4)), NamedSharding(m2, P("x", "y")))).tolist())
+        try:
+            jax.debug.visualize_array_sharding(a)
+            print("rich-available")
+        except ValueError as exc:
+            print("rich-missing" if "rich" in str(exc) else repr(exc))
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == str([[0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]])
+    assert lines[1] == "  device 0: [0:2]  (2 elements)"
+    assert lines[2] == str([[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5], [6, 6, 7, 7]])
+    assert lines[3] == "rich-missing", "rich is installed now: lesson 06 could use visualize_array_sharding"
