@@ -1,0 +1,249 @@
+"""Every behaviour lessons 01-03 state, asserted on the pinned JAX.
+
+If a JAX upgrade changes one of these, this file fails and points at the
+lesson sentence to rewrite. Each test builds fresh jitted functions: JAX warns
+about unusable donations once per compilation, so reuse would hide warnings.
+"""
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+NOT_USABLE = "Some donated buffers were not usable"
+FAQ = "See an explanation at https://docs.jax.dev/en/latest/faq.html#buffer-donation."
+
+
+def fresh_add():
+    """A new function object each time: jit caches compilations per function,
+    and a cached compilation neither warns again nor takes the same error path."""
+    def add(s, d):
+        return s + d
+    return add
+
+
+def call_recording_warnings(fn, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    return out, [str(w.message) for w in caught]
+
+
+# ---- lesson 01 -----------------------------------------------------------
+
+def test_without_donation_the_output_is_a_fresh_buffer():
+    s, d = jnp.ones(4), jnp.ones(4)
+    out = jax.jit(fresh_add())(s, d)
+    assert not s.is_deleted() and out.unsafe_buffer_pointer() != s.unsafe_buffer_pointer()
+
+
+def test_memory_analysis_alias_bytes():
+    spec = jax.ShapeDtypeStruct((1024,), jnp.float32)
+    plain = jax.jit(fresh_add()).lower(spec, spec).compile().memory_analysis()
+    donated = jax.jit(fresh_add(), donate_argnums=0).lower(spec, spec).compile().memory_analysis()
+    assert plain.alias_size_in_bytes == 0
+    assert donated.alias_size_in_bytes == 4096
+    assert plain.argument_size_in_bytes == donated.argument_size_in_bytes == 8192
+    assert plain.output_size_in_bytes == donated.output_size_in_bytes == 4096
+
+
+def test_compiled_text_shows_the_alias():
+    spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+    text = jax.jit(fresh_add(), donate_argnums=0).lower(spec, spec).compile().as_text()
+    assert "input_output_alias={ {}: (0, {}, may-alias) }" in text
+    assert "input_output_alias" not in jax.jit(fresh_add()).lower(spec, spec).compile().as_text()
+
+
+def test_cpu_memory_stats_is_none():
+    assert jax.devices()[0].platform == "cpu" and jax.devices()[0].memory_stats() is None
+
+
+# ---- lesson 02 -----------------------------------------------------------
+
+def test_donated_input_is_deleted_and_output_reuses_its_buffer():
+    s, d = jnp.ones(4), jnp.ones(4)
+    pointer = s.unsafe_buffer_pointer()
+    out = jax.jit(fresh_add(), donate_argnums=0)(s, d)
+    assert s.is_deleted() and not d.is_deleted()
+    assert out.unsafe_buffer_pointer() == pointer
+    np.testing.assert_array_equal(out, 2.0)
+
+
+READS = {
+    "print": lambda s: str(s),
+    "arithmetic": lambda s: s + 1,
+    "np.asarray": np.asarray,
+    "device_get": jax.device_get,
+    "another jit": jax.jit(lambda a: a * 2),
+}
+
+
+@pytest.mark.parametrize("read", READS)
+def test_reading_a_donated_array_raises(read):
+    s = jnp.ones(4, jnp.float32)
+    jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones(4))
+    with pytest.raises(RuntimeError) as info:
+        READS[read](s)
+    assert str(info.value) == "Array has been deleted with shape=float32[4]."
+    assert type(info.value) is RuntimeError
+
+
+def test_shape_and_dtype_still_readable():
+    s = jnp.ones((2, 3), jnp.float32)
+    jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones((2, 3)))
+    assert s.shape == (2, 3) and s.dtype == jnp.float32
+
+
+def test_argnums_and_argnames_map_to_each_other():
+    f = jax.jit(fresh_add(), donate_argnames="s")
+    s = jnp.ones(4)
+    f(s, jnp.ones(4))
+    assert s.is_deleted()
+
+
+def test_keyword_arguments_are_donated():
+    # The FAQ says keyword arguments are not donated: false for jit here.
+    f = jax.jit(fresh_add(), donate_argnums=0)
+    s = jnp.ones(4)
+    f(s=s, d=jnp.ones(4))
+    assert s.is_deleted()
+
+
+def test_decorator_forms():
+    @functools.partial(jax.jit, donate_argnums=0)
+    def a(state, d):
+        return state + d
+
+    @jax.jit(donate_argnums=0)
+    def b(state, d):
+        return state + d
+
+    def c_raw(state, d):
+        return state + d
+
+    c = jax.jit(c_raw, donate_argnames="state")
+    for f in (a, b, c):
+        s = jnp.ones(4)
+        f(s, jnp.ones(4))
+        assert s.is_deleted()
+
+
+def test_numpy_input_no_error_no_warning_untouched():
+    a = np.ones(4, np.float32)
+    out, caught = call_recording_warnings(jax.jit(fresh_add(), donate_argnums=0), a, jnp.ones(4))
+    assert caught == [] and np.all(a == 1.0) and a.flags.writeable
+    np.testing.assert_array_equal(out, 2.0)
+
+
+def test_kwargs_only_function_needs_argnames():
+    with pytest.raises(ValueError, match="only accepts 0 positional arguments"):
+        jax.jit(lambda **kw: kw["s"] + 1, donate_argnums=0)(s=jnp.ones(2))
+    s = jnp.ones(2)
+    jax.jit(lambda **kw: kw["s"] + 1, donate_argnames="s")(s=s)
+    assert s.is_deleted()
+
+
+# ---- lesson 03 -----------------------------------------------------------
+
+def test_second_reference_is_deleted_too():
+    s = jnp.ones(4)
+    alias, in_list = s, [s]
+    closure = lambda: s.sum()  # noqa: E731
+    jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones(4))
+    assert alias.is_deleted() and in_list[0].is_deleted()
+    with pytest.raises(RuntimeError, match="Array has been deleted"):
+        closure()
+
+
+def test_copy_keeps_the_old_value():
+    s = jnp.arange(4.0)
+    old = s.copy()
+    jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones(4))
+    assert s.is_deleted() and not old.is_deleted()
+    np.testing.assert_array_equal(old, [0, 1, 2, 3])
+
+
+def test_warning_text_shape_mismatch_not_deleted():
+    a = jnp.ones((1, 3))
+    _, caught = call_recording_warnings(jax.jit(fresh_add(), donate_argnums=0), a, jnp.ones((2, 3)))
+    assert caught == [f"{NOT_USABLE}: float32[1,3].\n{FAQ}"]
+    assert not a.is_deleted()
+
+
+def test_more_donations_than_outputs_leftmost_wins():
+    x, y = jnp.ones((2, 3)), jnp.ones((2, 3))
+    _, caught = call_recording_warnings(jax.jit(fresh_add(), donate_argnums=(0, 1)), x, y)
+    assert caught == [f"{NOT_USABLE}: float32[2,3].\n{FAQ}"]
+    assert x.is_deleted() and not y.is_deleted()
+
+
+def test_warning_once_per_compilation():
+    f = jax.jit(fresh_add(), donate_argnums=(0, 1))
+    _, first = call_recording_warnings(f, jnp.ones(3), jnp.ones(3))
+    _, second = call_recording_warnings(f, jnp.ones(3), jnp.ones(3))
+    assert len(first) == 1 and second == []
+
+
+def test_several_outputs_take_matching_inputs_in_order():
+    # Only b is donated; the first output of the same shape (a * 2) gets it.
+    a, b = jnp.ones(4), jnp.ones(4)
+    pointer = b.unsafe_buffer_pointer()
+    first, second = jax.jit(lambda a, b: (a * 2, b * 3), donate_argnums=1)(a, b)
+    assert b.is_deleted() and not a.is_deleted()
+    assert first.unsafe_buffer_pointer() == pointer != second.unsafe_buffer_pointer()
+
+
+def test_pass_two_same_element_count_no_warning():
+    flat = jnp.ones(6)
+    out, caught = call_recording_warnings(
+        jax.jit(lambda a, b: a.reshape(2, 3) + b, donate_argnums=0), flat, jnp.ones((2, 3)))
+    assert caught == [] and flat.is_deleted() and out.shape == (2, 3)
+    state = jnp.ones(4, jnp.int32)
+    out, caught = call_recording_warnings(
+        jax.jit(lambda s, d: s.astype(jnp.float32) + d, donate_argnums=0), state, jnp.ones(4))
+    assert caught == [] and state.is_deleted() and out.dtype == jnp.float32
+
+
+def test_same_array_twice_one_donated():
+    x = jnp.ones(4)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match="Attempt to use a buffer that was previously donated in the same call"):
+        jax.jit(fresh_add(), donate_argnums=0)(x, x)
+    assert not x.is_deleted()
+
+
+def test_same_array_twice_both_donated():
+    x = jnp.ones(4)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Attempt to donate the same buffer twice"):
+        jax.jit(lambda a, b: (a + b, a - b), donate_argnums=(0, 1))(x, x)
+    assert not x.is_deleted()
+
+
+def test_unused_argument_pruned_no_warning_not_deleted():
+    unused = jnp.ones(4)
+    _, caught = call_recording_warnings(
+        jax.jit(lambda a, u: a * 2, donate_argnums=1), jnp.ones(4), unused)
+    assert caught == [] and not unused.is_deleted()
+
+
+def test_nested_jit_donation_ignored_silently():
+    inner = jax.jit(fresh_add(), donate_argnums=0)
+    outer = jax.jit(lambda s, d: inner(s, d) * 2)
+    s = jnp.ones(4)
+    _, caught = call_recording_warnings(outer, s, jnp.ones(4))
+    assert caught == [] and not s.is_deleted()
+
+
+def test_warning_can_be_made_an_error():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=NOT_USABLE)
+        a = jnp.ones((1, 3))
+        with pytest.raises(UserWarning, match=NOT_USABLE):
+            jax.jit(fresh_add(), donate_argnums=0)(a, jnp.ones((2, 3)))
+    assert not a.is_deleted()
+
+
+def test_jax_runtime_error_is_a_runtime_error():
+    assert issubclass(jax.errors.JaxRuntimeError, RuntimeError)
