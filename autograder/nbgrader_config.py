@@ -31,3 +31,11 @@ c.GenerateSolution.preprocessors = [
     "nbgrader.preprocessors.ClearMarkScheme",
     "nbgrader.preprocessors.ClearHiddenTests",
 ]
+
+# Feedback HTML: strip hidden-test source and tracebacks from grade cells,
+# keeping each check's learner message (donation_lab/grading/feedback.py).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "donation_lab.grading.feedback.StripHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

@@ -1,0 +1,38 @@
+"""Feedback preprocessor: hidden-test source and tracebacks never reach the
+learner's HTML. Registered in autograder/nbgrader_config.py through
+`c.GenerateFeedback.preprocessors`.
+
+In every grade cell, the `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS`
+block is replaced by a one-line note, and every error output is reduced to the
+exception's message (the learner message the check raised), without the
+traceback that would quote the hidden source.
+"""
+import re
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
+NOTE = "# (graded checks run here; their results are shown below)\n"
+
+
+def strip_hidden(source: str) -> str:
+    return HIDDEN.sub(NOTE, source).rstrip("\n")
+
+
+def learner_message(output) -> str:
+    ename, evalue = output.get("ename", "Error"), str(output.get("evalue", ""))
+    if ename in ("HiddenCheckFailed", "CheckFailed", "AssertionError"):
+        return evalue or "a check failed"
+    return f"{ename}: {evalue}" if evalue else ename
+
+
+class StripHiddenTests(NbGraderPreprocessor):
+    """Remove hidden-test source and tracebacks from grade cells."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.source = strip_hidden(cell.source)
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    output["traceback"] = [learner_message(output)]
+        return cell, resources

@@ -1,0 +1,144 @@
+"""A long-lived grading worker: one process, one NbGraderAPI, its own copy of
+the gradebook. It autogrades and generates feedback for one student at a time
+(real nbgrader, in process: no nbgrader/Python start-up per student) and sends
+back the scores; the main process is the only writer of the real gradebook."""
+import os
+import traceback
+from pathlib import Path
+
+ASSIGNMENT = "buffer-donation"
+KERNEL_NAME = "donation-lab-graded"
+
+
+def make_kernelspec(folder: Path, python: str) -> Path:
+    """A kernelspec whose launcher caps memory (see kernel.py)."""
+    import json
+
+    spec = folder / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [python, "-m", "donation_lab.grading.kernel", "-f", "{connection_file}"],
+        "display_name": "Python 3 (graded, memory-limited)", "language": "python",
+    }))
+    return folder
+
+
+def make_api(course: Path, db: Path, cell_timeout: int):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    cfg.CourseDirectory.root = str(course)
+    cfg.CourseDirectory.db_url = f"sqlite:///{db}"
+    cfg.Execute.timeout = cell_timeout
+    cfg.Execute.interrupt_on_timeout = True
+    cfg.Execute.kernel_name = KERNEL_NAME
+    coursedir = CourseDirectory(config=cfg)
+    return NbGraderAPI(coursedir=coursedir, config=cfg)
+
+
+def diagnose(log: str, error: str) -> str:
+    text = (log or "") + "\n" + (error or "")
+    if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text.lower():
+        return "the kernel died while running the notebook (the code exited the process, crashed, or was killed)"
+    if "UnresponsiveKernelError" in text or "became unresponsive" in text:
+        return "the kernel stopped responding and could not be interrupted"
+    if "NotJSONError" in text or "JSONDecodeError" in text or "not valid JSON" in text:
+        return "the notebook file is not valid notebook JSON"
+    if "duplicate" in text.lower() and "grade" in text.lower():
+        return "the notebook has duplicated graded cells that nbgrader could not resolve"
+    for line in reversed(text.splitlines()):
+        if "ERROR" in line or "Error" in line:
+            return "nbgrader could not grade it: " + line.strip()[:200]
+    return "nbgrader could not grade it"
+
+
+def cell_messages(autograded: Path) -> dict:
+    """grade_id -> the learner-facing message of that cell's last check line or error."""
+    import nbformat
+
+    out = {}
+    try:
+        nb = nbformat.read(autograded, as_version=4)
+    except Exception:
+        return out
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not (meta.get("grade") or meta.get("solution")):
+            continue
+        message, errored = "", False
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                ename, evalue = o.get("ename", ""), str(o.get("evalue", ""))
+                message = (evalue if ename in ("HiddenCheckFailed", "CheckFailed", "AssertionError")
+                           else f"{ename}: {evalue}".rstrip(": "))
+                errored = True
+            elif o.get("output_type") == "stream" and o.get("name") == "stdout" and not errored:
+                lines = [ln for ln in o.get("text", "").splitlines() if ln.startswith("\u2714")]
+                if lines:
+                    message = lines[-1]
+        out[meta.get("grade_id", cell.get("id"))] = {"message": message.strip(), "error": errored}
+    return out
+
+
+def grade_one(api, course: Path, student: str) -> dict:
+    from nbgrader.api import Gradebook
+
+    result = {"student": student, "notebooks": {}, "ok": True, "reason": ""}
+    res = api.autograde(ASSIGNMENT, student, force=True, create=True)
+    if not res.get("success"):
+        result["ok"] = False
+        result["reason"] = diagnose(res.get("log", ""), res.get("error", ""))
+    else:
+        fb = api.generate_feedback(ASSIGNMENT, student, force=True)
+        if not fb.get("success"):
+            result["reason"] = "feedback could not be generated: " + diagnose(fb.get("log", ""), fb.get("error", ""))
+    with Gradebook(api.coursedir.db_url, api.course_id) as gb:
+        try:
+            sub = gb.find_submission(ASSIGNMENT, student)
+        except Exception:
+            return result
+        result["timestamp"] = sub.timestamp.isoformat() if sub.timestamp else None
+        for nb in sub.notebooks:
+            auto = course / "autograded" / student / ASSIGNMENT / f"{nb.name}.ipynb"
+            msgs = cell_messages(auto) if auto.exists() else {}
+            grades = []
+            for g in nb.grades:
+                grades.append({"name": g.name, "auto_score": g.auto_score, "manual_score": g.manual_score,
+                               "max_score": g.max_score, "needs_manual_grade": g.needs_manual_grade,
+                               **msgs.get(g.name, {"message": "", "error": None})})
+            comments = [{"name": c.name, "auto_comment": c.auto_comment, "manual_comment": c.manual_comment}
+                        for c in nb.comments]
+            solution_errors = {k: v["message"] for k, v in msgs.items() if v["error"] and
+                               k not in {g["name"] for g in grades}}
+            result["notebooks"][nb.name] = {"grades": grades, "comments": comments,
+                                            "graded": auto.exists(), "solution_errors": solution_errors}
+    return result
+
+
+def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_dir: str, log: str) -> None:
+    """Worker main loop: receive a student id, send back a result dict."""
+    os.setsid()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)  # nbgrader's and the kernels' chatter goes to the log, not the terminal
+    os.environ["DONATION_LAB_MEMORY_MB"] = str(memory_mb)
+    os.environ["JUPYTER_PATH"] = kernel_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    course_p = Path(course)
+    os.chdir(course_p)
+    api = make_api(course_p, Path(db), cell_timeout)
+    conn.send(("ready", None))
+    while True:
+        try:
+            student = conn.recv()
+        except EOFError:
+            return
+        if student is None:
+            return
+        try:
+            conn.send(("done", grade_one(api, course_p, student)))
+        except Exception:
+            conn.send(("done", {"student": student, "notebooks": {}, "ok": False,
+                                "reason": "internal grading error: " + traceback.format_exc().splitlines()[-1]}))
