@@ -247,3 +247,36 @@ def test_warning_can_be_made_an_error():
 
 def test_jax_runtime_error_is_a_runtime_error():
     assert issubclass(jax.errors.JaxRuntimeError, RuntimeError)
+
+
+def test_already_compiled_function_raises_value_error_on_a_deleted_array():
+    # Lesson 3: the fast path of a compiled function raises ValueError, not RuntimeError.
+    update = jax.jit(fresh_add(), donate_argnums=0)
+    s = jnp.ones(4)
+    update(s, jnp.ones(4))
+    with pytest.raises(ValueError, match="Buffer has been deleted or donated"):
+        update(s, jnp.ones(4))
+    total = jax.jit(lambda a: a.sum())
+    total(jnp.ones(4))
+    t = jnp.ones(4)
+    jax.jit(fresh_add(), donate_argnums=0)(t, jnp.ones(4))
+    with pytest.raises(ValueError, match="Invalid buffer passed to Execute"):
+        total(t)
+    assert not issubclass(ValueError, RuntimeError)
+
+
+def test_passthrough_output_reuses_its_donated_input():
+    # Lesson 3, exercise 3.2: (a * b, c) with a, b, c donated deletes a and c, not b.
+    a, b, c = jnp.ones(3), jnp.ones(3), jnp.ones(5, dtype=jnp.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.jit(lambda a, b, c: (a * b, c), donate_argnums=(0, 1, 2))(a, b, c)
+    assert (a.is_deleted(), b.is_deleted(), c.is_deleted()) == (True, False, True)
+    assert [str(w.message).splitlines()[0] for w in caught] == [f"{NOT_USABLE}: float32[3]."]
+
+
+def test_copy_survives_and_ema_donates_only_the_average():
+    ema = jax.jit(lambda avg, params: 0.9 * avg + 0.1 * params, donate_argnums=0)
+    avg, params = jnp.zeros(4), jnp.ones(4)
+    ema(avg, params)
+    assert avg.is_deleted() and not params.is_deleted()
