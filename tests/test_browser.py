@@ -75,17 +75,30 @@ def browser():
 def serve(env, tmp_path, root: Path):
     """Start the README's lab command, serving `root` instead of notebooks/.
 
-    `./course lab` already passes --ServerApp.root_dir, and jupyter refuses a
-    second value for it, so the scratch folder is given to the contents and
-    kernel managers (whose root_dir otherwise defaults to the server's).
-    """
+    First as the README would have it: `./course lab --ServerApp.root_dir=ROOT`
+    (unknown options go to jupyter). Today the lab command passes its own
+    --ServerApp.root_dir too and jupyter refuses a second value, so then the
+    folder goes to the contents and kernel managers instead (whose root_dir
+    otherwise follows the server's). Then `server.root_served` is False: the
+    notebooks and kernels use `root`, but nbgrader's validate handler still
+    reads the server's root_dir (notebooks/)."""
     workspaces = tmp_path / "workspaces"  # never restore or write the user's own layout
     workspaces.mkdir(exist_ok=True)
-    return start_lab(env, tmp_path, extra=[
+    common = [f"--LabApp.workspaces_dir={workspaces}"]
+    try:
+        server = start_lab(env, tmp_path, extra=[f"--ServerApp.root_dir={root}", *common])
+        server.root_served = True
+        return server
+    except AssertionError as exc:
+        if "root_dir only accepts one value" not in str(exc):
+            raise
+    server = start_lab(env, tmp_path, extra=[
         f"--FileContentsManager.root_dir={root}",
         f"--MappingKernelManager.root_dir={root}",
-        f"--LabApp.workspaces_dir={workspaces}",
+        *common,
     ])
+    server.root_served = False
+    return server
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +192,14 @@ def save(page):
 
 
 def code_cell(page, containing):
-    return page.locator(".jp-NotebookPanel .jp-CodeCell",
-                        has=page.locator(".cm-content", has_text=containing)).first
+    """The code cell whose source contains `containing`, pinned by position
+    (so it stays the same cell after its source is replaced)."""
+    cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
+    cells.first.wait_for()
+    for i in range(cells.count()):
+        if containing in cells.nth(i).locator(".cm-content").first.inner_text():
+            return cells.nth(i)
+    raise AssertionError(f"no code cell contains {containing!r}")
 
 
 def set_cell_source(page, cell, text):
@@ -261,6 +280,28 @@ def exercise_cells(nb_path: Path):
     return out
 
 
+def change_explorer_control(page, explorer, timeout_ms=RUN_TIMEOUT_MS):
+    """Move the Steps slider one notch; the explorer measures again, so the
+    figures and the chart must both change. Returns (before, after) text."""
+    figures = explorer.locator(".explorer-figures")
+    chart = explorer.locator(".explorer-chart img")
+    figures.locator("[data-runs]").wait_for()
+    chart.first.wait_for()
+    before_text, before_png = figures.inner_text(), chart.first.get_attribute("src")
+    runs = int(figures.locator("[data-runs]").get_attribute("data-runs"))
+    handle = explorer.locator(".explorer-steps .noUi-handle").first
+    handle.focus()
+    page.keyboard.press("ArrowRight")
+    explorer.locator(f".explorer-figures [data-runs='{runs + 1}']").wait_for(timeout=timeout_ms)
+    page.wait_for_function(
+        "([el, old]) => el.querySelector('.explorer-chart img') && "
+        "el.querySelector('.explorer-chart img').getAttribute('src') !== old",
+        arg=[explorer.element_handle(), before_png], timeout=timeout_ms)
+    after_text = figures.inner_text()
+    assert after_text != before_text, "the figures did not change"
+    return before_text, after_text
+
+
 # --------------------------------------------------------------------------- the tests
 
 def test_lesson_01_runs_clean_and_the_explorer_responds(lab, course_copy, page):
@@ -292,7 +333,8 @@ def test_unanswered_lesson_stops_only_at_the_exercise(lab, course_copy, page):
     assert exercise, "lesson 01 has no exercise cells any more: update this test"
     nb = nbformat.read(path, as_version=4)
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
-    errors = [i for i in code if any(o.output_type == "error" for o in nb.cells[i].outputs)]
+    errors = [i for i in code if any(o.output_type == "error" for o in nb.cells[i].outputs)
+              and "raises-exception" not in nb.cells[i].metadata.get("tags", [])]
     assert errors, "the unanswered exercise raised nothing"
     assert set(errors) <= exercise, f"errors outside the exercise cells: {sorted(set(errors) - exercise)}"
     first = errors[0]
@@ -301,3 +343,113 @@ def test_unanswered_lesson_stops_only_at_the_exercise(lab, course_copy, page):
     # JupyterLab 4.6: Run All stops at the first error (the kernel aborts the
     # queued cells) unless that cell is tagged raises-exception.
     assert [i for i in code if i > first and nb.cells[i].execution_count is not None] == []
+
+
+def test_exercise_feedback_and_validate(lab, course_copy, page):
+    open_notebook(page, lab, EXERCISE)
+    setup = page.locator(".jp-NotebookPanel .jp-CodeCell").first
+    run_cell(page, setup)
+    answer = code_cell(page, "# YOUR CODE HERE")
+    example = code_cell(page, "update_with_donate([1.0, 2.0], [0.5, 0.5])")
+
+    # A wrong answer: the public check names what it expected and what came back.
+    set_cell_source(page, answer, WRONG_ANSWER)
+    run_cell(page, answer)
+    run_cell(page, example)
+    wrong = output_text(example)
+    assert "CheckFailed" in wrong, wrong
+    assert "update_with_donate([1.0, 2.0], [0.5, 0.5]): expected [1.5, 2.5], got [0.5, 1.5]" in wrong, wrong
+    example.scroll_into_view_if_needed()
+    shot(page, "05-exercise-wrong-answer")
+
+    # The right answer: one line starting with the tick, saying it was the public check only.
+    set_cell_source(page, answer, CORRECT_ANSWER)
+    run_cell(page, answer)
+    run_cell(page, example)
+    right = output_text(example)
+    ticks = [ln for ln in right.splitlines() if ln.startswith("\u2714")]
+    assert ticks and all("public check only" in ln for ln in ticks), right
+    assert "Error" not in right, right
+    shot(page, "06-exercise-right-answer")
+    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    crop_cells(page, [answer, example], DOCS_IMAGES / "exercise-feedback.png")
+
+    # nbgrader's Validate button (validate-assignment plugin), if learners have it.
+    validate = page.locator(".jp-NotebookPanel-toolbar .jp-ToolbarButtonComponent", has_text="Validate")
+    if validate.count() == 0:
+        pytest.skip("no Validate button in the notebook toolbar")
+    if not lab.root_served:
+        pytest.skip("Validate would check notebooks/07 instead of this scratch copy: "
+                    "`./course lab --ServerApp.root_dir=DIR` is refused (root_dir given twice)")
+    save(page)
+    validate.first.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => { const d = document.querySelector('.jp-Dialog'); "
+        "return d && !/Validating/i.test(d.innerText.split('\\n')[0] || '') && d.innerText.length > 20; }",
+        timeout=RUN_TIMEOUT_MS)
+    page.wait_for_timeout(500)
+    text = dialog.inner_text()
+    shot(page, "07-validate-dialog")
+    assert "Success" in text, text
+    dialog.locator("button").last.click()
+
+
+def crop_cells(page, cells, dest):
+    """One small picture spanning the given cells (README figure)."""
+    boxes = [c.bounding_box() for c in cells]
+    x = min(b["x"] for b in boxes)
+    y = min(b["y"] for b in boxes)
+    right = max(b["x"] + b["width"] for b in boxes)
+    bottom = max(b["y"] + b["height"] for b in boxes)
+    page.screenshot(path=str(dest), clip={"x": x, "y": y, "width": right - x, "height": bottom - y})
+
+
+def broken_notebook(path: Path):
+    """A lesson gone wrong: a widget whose model does not exist, a cell tagged
+    raises-exception (allowed), a cell that errors, and one after it."""
+    cells = [
+        nbformat.v4.new_code_cell(
+            "from IPython.display import display\n"
+            "display({'application/vnd.jupyter.widget-view+json':\n"
+            "         {'model_id': 'no-such-model', 'version_major': 2, 'version_minor': 0}}, raw=True)"),
+        nbformat.v4.new_code_cell("raise ValueError('shown on purpose')",
+                                  metadata={"tags": ["raises-exception"]}),
+        nbformat.v4.new_code_cell("after_tagged = 1"),
+        nbformat.v4.new_code_cell("1 / 0"),
+        nbformat.v4.new_code_cell("after_error = 2"),
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_checker_catches_a_broken_lesson(env, browser, tmp_path):
+    """The checks used above report a failing cell and a widget that does not
+    render, served from a scratch folder through the same lab command."""
+    root = tmp_path / "broken"
+    root.mkdir()
+    path = broken_notebook(root / "broken.ipynb")
+    server = serve(env, tmp_path, root)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        open_notebook(page, server, path.name)
+        run_all(page)
+        save(page)
+        shot(page, "08-broken-lesson-caught")
+        problems = run_problems(path)
+        assert any("cell 3" in p and "ZeroDivisionError" in p for p in problems), problems
+        assert any("cell 4" in p and "was not run" in p for p in problems), problems
+        # raises-exception: the error is shown, not reported, and Run All goes on past it.
+        assert not any("cell 1" in p or "cell 2" in p for p in problems), problems
+        widget = explorer_problems(page)
+        assert any("no memory explorer" in p for p in widget), widget
+        assert any("Error displaying widget" in p for p in widget), widget
+    finally:
+        context.close()
+        server.stop()
