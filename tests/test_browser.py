@@ -21,7 +21,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ROOT, answered_copy, start_lab
+import subprocess
+import sys
+
+from conftest import ROOT, LabServer, answered_copy, start_lab, wait_for_http
+from donation_lab.cli import free_port
 from donation_lab.paths import NOTEBOOKS
 
 pytestmark = pytest.mark.browser
@@ -381,6 +385,12 @@ def test_exercise_feedback_and_validate(lab, course_copy, page):
     if not lab.root_served:
         pytest.skip("Validate would check notebooks/07 instead of this scratch copy: "
                     "`./course lab --ServerApp.root_dir=DIR` is refused (root_dir given twice)")
+    assert "Success" in press_validate(page, "07-validate-dialog"), "Validate did not pass"
+
+
+def press_validate(page, shot_name):
+    """Press nbgrader's Validate toolbar button; return the result dialog's text."""
+    validate = page.locator(".jp-NotebookPanel-toolbar .jp-ToolbarButtonComponent", has_text="Validate")
     save(page)
     validate.first.click()
     dialog = page.locator(".jp-Dialog")
@@ -391,9 +401,9 @@ def test_exercise_feedback_and_validate(lab, course_copy, page):
         timeout=RUN_TIMEOUT_MS)
     page.wait_for_timeout(500)
     text = dialog.inner_text()
-    shot(page, "07-validate-dialog")
-    assert "Success" in text, text
+    shot(page, shot_name)
     dialog.locator("button").last.click()
+    return text
 
 
 def crop_cells(page, cells, dest):
@@ -450,6 +460,44 @@ def test_checker_catches_a_broken_lesson(env, browser, tmp_path):
         widget = explorer_problems(page)
         assert any("no memory explorer" in p for p in widget), widget
         assert any("Error displaying widget" in p for p in widget), widget
+    finally:
+        context.close()
+        server.stop()
+
+
+def test_validate_button_as_on_binder(env, browser, tmp_path):
+    """Binder runs plain `jupyter lab` in notebooks/ (binder/start), with the
+    learner's nbgrader extensions: the Validate button passes a solved
+    exercise and does not pass an unanswered one."""
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    answered_copy(EXERCISE, root / EXERCISE)
+    shutil.copy2(NOTEBOOKS / EXERCISE, root / ("unanswered_" + EXERCISE))
+    port, token = free_port(), "test-token-" + os.urandom(6).hex()
+    log = tmp_path / "lab.log"
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.root_dir={root}",
+           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}", f"--LabApp.workspaces_dir={tmp_path}"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    server = LabServer(proc, port, token, log)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        wait_for_http(f"{server.base}/api/status?token={token}", proc=proc)
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        open_notebook(page, server, EXERCISE)
+        text = press_validate(page, "09-validate-solved")
+        assert "Success! Your notebook passes all the tests." in text, text
+        open_notebook(page, server, "unanswered_" + EXERCISE)
+        text = press_validate(page, "10-validate-unanswered")
+        # nbgrader names the first graded cell that failed (the answer cell's
+        # NotImplementedError is not listed; the checks that need it are).
+        assert "Success!" not in text and "The following cell failed" in text, text
+        assert "update_with_donate" in text, text
     finally:
         context.close()
         server.stop()
