@@ -280,3 +280,21 @@ def test_copy_survives_and_ema_donates_only_the_average():
     avg, params = jnp.zeros(4), jnp.ones(4)
     ema(avg, params)
     assert avg.is_deleted() and not params.is_deleted()
+
+
+def test_pytest_filterwarnings_ini_turns_the_warning_into_a_failure(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\n'
+        'filterwarnings = ["error:Some donated buffers were not usable:UserWarning"]\n')
+    (tmp_path / "test_step.py").write_text(
+        "import jax, jax.numpy as jnp\n"
+        "def test_step():\n"
+        "    jax.jit(lambda a, b: a + b, donate_argnums=0)(jnp.ones((1, 3)), jnp.ones((2, 3)))\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "UserWarning: Some donated buffers were not usable: float32[1,3]." in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("1 failed")
