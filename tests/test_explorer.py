@@ -52,3 +52,11 @@ def test_real_measurement_small():
     widget = memory_explorer(size_mib=16, steps=2)
     figures = [c for c in widget.children if "explorer-figures" in classes(c)][0]
     assert "without donation" in figures.value and "with donation" in figures.value
+
+
+def test_a_failed_measurement_is_reported_not_raised():
+    def broken(n_elements, steps):
+        raise RuntimeError("memory measurement failed (exit -9):")
+
+    ex = MemoryExplorer(measure=broken)
+    assert ex.runs == 0 and "Measurement failed" in ex.figures.value

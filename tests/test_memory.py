@@ -65,3 +65,11 @@ def test_loop_with_a_fake_gpu_meter_reports_its_numbers():
 def test_elements_for_mib():
     assert elements_for_mib(1) == 2 ** 18
     assert jnp.zeros(elements_for_mib(1), jnp.float32).nbytes == 2 ** 20
+
+
+def test_large_arrays_are_measured_one_process_at_a_time(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "measure_loop",
+                        lambda n, steps, donate, timeout=120: calls.append(donate) or donate)
+    assert compare_donation(elements_for_mib(256), steps=1) == {False: False, True: True}
+    assert calls == [False, True]

@@ -35,7 +35,7 @@ class MemoryExplorer:
         self._measure = measure
         self.results = None
         self.runs = 0
-        self.size = w.IntSlider(value=size_mib, min=8, max=512, step=8,
+        self.size = w.IntSlider(value=size_mib, min=8, max=256, step=8,
                                 description="Array size (MiB)", continuous_update=False,
                                 style={"description_width": "initial"})
         self.steps = w.IntSlider(value=steps, min=1, max=10, description="Steps",
@@ -75,7 +75,13 @@ class MemoryExplorer:
         """Measure for real at the chosen size and steps, then redraw."""
         self.figures.value = (f"<i>measuring {self.size.value} MiB x {self.steps.value} steps, "
                               "with and without donation...</i>")
-        self.results = self._measure(elements_for_mib(self.size.value), self.steps.value)
+        try:
+            self.results = self._measure(elements_for_mib(self.size.value), self.steps.value)
+        except Exception as err:  # e.g. out of memory in the measuring process
+            self.figures.value = (f"<b>Measurement failed</b> at {self.size.value} MiB: "
+                                  f"{html.escape(str(err).splitlines()[0] if str(err) else type(err).__name__)}. "
+                                  "Try a smaller size.")
+            return
         self.runs += 1
         self._show()
 

@@ -211,9 +211,16 @@ def measure_loop(n_elements: int, steps: int = 3, donate: bool = True,
     return _parse(proc.stdout, proc.stderr, proc.returncode)
 
 
+PARALLEL_UP_TO_BYTES = 128 * MiB
+
+
 def compare_donation(n_elements: int, steps: int = 3, timeout: float = 120) -> dict:
-    """Measure the loop without and with donation (two fresh processes, run
-    side by side). Returns {False: LoopMeasurement, True: LoopMeasurement}."""
+    """Measure the loop without and with donation, each in a fresh process.
+    Small arrays run both processes side by side (quicker); above 128 MiB they
+    run one after the other, so that a small machine (Binder: about 2 GiB)
+    never holds both. Returns {False: LoopMeasurement, True: LoopMeasurement}."""
+    if n_elements * 4 > PARALLEL_UP_TO_BYTES:
+        return {donate: measure_loop(n_elements, steps, donate, timeout) for donate in (False, True)}
     procs = {donate: subprocess.Popen(_child_command(n_elements, steps, donate),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=_child_env())
