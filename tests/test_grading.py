@@ -1,0 +1,280 @@
+"""`./course grade` end to end on the submissions corpus (tests/submissions/),
+always in scratch courses (--course), never in autograder/; plus unit tests of
+the hidden checks, the feedback stripping and the input naming rules."""
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import make_course, nbgrader
+from donation_lab.paths import ASSIGNMENT, ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "submissions"))
+import build as corpus  # noqa: E402
+
+COURSE_CMD = ROOT / "course"
+EX = corpus.EXERCISE
+LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "15", "--no-progress"]
+
+
+def grade(env, *args, check=True):
+    r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    if check and r.returncode != 0:
+        raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {row["student"]: row for row in csv.DictReader(fh)}
+
+
+def gradebook_scores(course):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {s.student.id: {nb.name: nb.score for nb in s.notebooks}
+                for s in gb.find_assignment(ASSIGNMENT).submissions}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, env):
+    """The whole corpus graded once, as a flat LMS folder, in a scratch course."""
+    tmp = tmp_path_factory.mktemp("grading")
+    course = make_course(tmp / "course")
+    files = tmp / "corpus"
+    corpus.build(files)
+    result = grade(env, files, "--course", course, *LIMITS)
+    return course, files, result
+
+
+# --- the corpus, end to end ---------------------------------------------------
+
+@pytest.mark.parametrize("student", sorted(corpus.CASES))
+def test_each_submission_gets_its_expected_score_and_reason(graded, student):
+    course, _, _ = graded
+    rows = read_csv(course / "grades" / "grades.csv")
+    _, score, status, reason = corpus.CASES[student]
+    row = rows[student]
+    assert float(row[EX]) == score, row
+    assert row["status"] == status, row
+    assert reason in row["reason"], row
+    if score < corpus.MAX:
+        assert row["reason"], f"{student} lost points but the CSV says not why"
+    assert (course / "grades" / "feedback" / f"{student}.html").exists()
+
+
+def test_gradebook_holds_every_student_with_the_csv_scores(graded):
+    course, _, _ = graded
+    rows = read_csv(course / "grades" / "grades.csv")
+    scores = gradebook_scores(course)
+    assert set(scores) == set(corpus.CASES)
+    for student, nbs in scores.items():
+        assert nbs[EX] == float(rows[student][EX]), student
+    assert list(course.glob("gradebook.db.bak-*")), "no backup was made before writing"
+
+
+def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
+    course, _, _ = graded
+    pages = list((course / "feedback").rglob("*.html")) + list((course / "grades" / "feedback").rglob("*.html"))
+    assert len(pages) > len(corpus.CASES)
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for secret in ("BEGIN HIDDEN TESTS", "_dl_hidden.check", "check_values", "check_real_donation",
+                       "restore_helpers", "grading/hidden.py", "HiddenCheckFailed"):
+            assert secret not in text, f"{page} shows {secret!r}"
+    nodonate = (course / "feedback" / "nodonate" / ASSIGNMENT / f"{EX}.html").read_text(encoding="utf-8")
+    assert "still alive" in nodonate and "values:" in nodonate  # the learner messages stay
+    summary = (course / "grades" / "feedback" / "nodonate.html").read_text(encoding="utf-8")
+    for grade_id in ("ex-example", "ex-donated", "ex-values", "ex-buffer-reuse", "ex-training-loop"):
+        assert grade_id in summary
+    assert "fail" in summary and "pass" in summary
+
+
+def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env):
+    course, files, _ = graded
+    before = read_csv(course / "grades" / "grades.csv")
+    r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
+    assert "graded 0 submission(s)" in r.stdout, r.stdout
+    assert read_csv(course / "grades" / "grades.csv") == before
+    # nodonate fixes the answer and submits again
+    path = files / f"nodonate_{EX}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = corpus.PARTIAL
+    nbformat.write(nb, path)
+    r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
+    assert "graded 1 submission(s)" in r.stdout, r.stdout
+    after = read_csv(course / "grades" / "grades.csv")
+    assert float(after["nodonate"][EX]) == 10
+    assert {s: row for s, row in after.items() if s != "nodonate"} == \
+        {s: row for s, row in before.items() if s != "nodonate"}
+    assert gradebook_scores(course)["nodonate"][EX] == 10
+
+
+# --- parallel == serial nbgrader ------------------------------------------------
+
+SERIAL = ["partial", "lambda", "nodonate", "wrongvalue", "wrongarg", "tamperer", "syntax", "edited"]
+
+
+def test_parallel_grading_gives_the_same_scores_as_serial_nbgrader_autograde(tmp_path, env):
+    files = tmp_path / "files"
+    corpus.build(files)
+    serial = make_course(tmp_path / "serial")
+    nbgrader(serial, "generate_assignment", ASSIGNMENT, "--force", env=env)
+    for student in SERIAL:  # nbgrader's own layout, also an input format of ./course grade
+        dest = serial / "submitted" / student / ASSIGNMENT
+        dest.mkdir(parents=True)
+        shutil.copy(files / f"{student}_{EX}.ipynb", dest / f"{EX}.ipynb")
+    nbgrader(serial, "autograde", ASSIGNMENT, "--force", env=env)
+    parallel = make_course(tmp_path / "parallel")
+    grade(env, serial / "submitted", "--course", parallel, *LIMITS)
+    assert gradebook_scores(parallel) == gradebook_scores(serial)
+
+
+# --- input formats, limits and bad input ---------------------------------------
+
+def test_zip_input_and_naming_rules(tmp_path, env):
+    files = tmp_path / "files"
+    corpus.build(files)
+    archive = tmp_path / "lms.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(files / f"partial_{EX}.ipynb", f"export/Alice.ipynb")  # <student>.ipynb
+        zf.write(files / f"wrongvalue_{EX}.ipynb", f"export/bob_{EX}.ipynb")  # <student>_<notebook>
+        zf.writestr("__MACOSX/._junk.ipynb", "junk")
+    course = make_course(tmp_path / "course")
+    grade(env, archive, "--course", course, *LIMITS)
+    rows = read_csv(course / "grades" / "grades.csv")
+    assert set(rows) == {"alice", "bob"}
+    assert float(rows["alice"][EX]) == 10 and float(rows["bob"][EX]) == 4
+
+
+def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env):
+    files = tmp_path / "files"
+    corpus.build(files)
+    for f in files.iterdir():
+        if not f.name.startswith("partial_"):
+            f.unlink()
+    nb = nbformat.read(files / f"partial_{EX}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = ("import time\nwhile True:\n    try:\n        time.sleep(0.2)\n"
+                           "    except KeyboardInterrupt:\n        pass\n")
+    nbformat.write(nb, files / f"stubborn_{EX}.ipynb")
+    course = make_course(tmp_path / "course")
+    grade(env, files, "--course", course, "--workers", "2", "--timeout", "30", "--cell-timeout", "60",
+          "--no-progress")
+    rows = read_csv(course / "grades" / "grades.csv")
+    assert rows["stubborn"]["status"] == "timeout" and "30 s" in rows["stubborn"]["reason"]
+    assert float(rows["partial"][EX]) == 10  # the rest of the class is still graded
+    assert gradebook_scores(course)["stubborn"][EX] == 0
+
+
+@pytest.mark.parametrize("make_input, message", [
+    (lambda tmp: tmp / "missing", "no such file or folder"),
+    (lambda tmp: (tmp / "notes.txt").write_text("x") and tmp / "notes.txt", "not a folder and not a .zip"),
+    (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no .ipynb submissions found"),
+])
+def test_bad_command_input_gives_one_clear_line(tmp_path, env, make_input, message):
+    r = grade(env, make_input(tmp_path), "--course", tmp_path / "nocourse", check=False)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("course: error:"), r.stderr
+
+
+def test_bad_course_and_options_give_one_clear_line(tmp_path, env):
+    (tmp_path / "subs").mkdir()
+    r = grade(env, tmp_path / "subs", "--course", tmp_path, check=False)
+    assert r.returncode == 1 and "not an nbgrader course" in r.stderr and "Traceback" not in r.stderr
+    course = make_course(tmp_path / "course")
+    r = grade(env, tmp_path / "subs", "--course", course, "--workers", "0", check=False)
+    assert r.returncode == 1 and "--workers must be at least 1" in r.stderr
+
+
+# --- units ---------------------------------------------------------------------
+
+def test_naming_rules_for_flat_exports(tmp_path):
+    from donation_lab.grading.collect import collect
+
+    nbs = ["01_why_donate", EX]
+    for name in ("Alice.ipynb", f"bob_{EX}.ipynb", "carol_01_why_donate.ipynb", "dave_12345_late.ipynb"):
+        (tmp_path / name).write_text("{}")
+    found = collect(tmp_path, nbs, EX, warn=lambda m: None)
+    assert {s: sorted(f) for s, f in found.items()} == {
+        "alice": [EX], "bob": [EX], "carol": ["01_why_donate"], "dave": [EX]}
+
+
+def test_strip_hidden_keeps_public_source_and_learner_message():
+    from donation_lab.grading.feedback import learner_message, strip_hidden
+
+    src = "x = 1\n### BEGIN HIDDEN TESTS\nsecret()\n### END HIDDEN TESTS\ny = 2"
+    out = strip_hidden(src)
+    assert "secret" not in out and "x = 1" in out and "y = 2" in out
+    assert learner_message({"ename": "HiddenCheckFailed", "evalue": "\u2718 values: wrong"}) == "\u2718 values: wrong"
+    assert learner_message({"ename": "NameError", "evalue": "name 'f' is not defined"}).startswith("NameError")
+
+
+@pytest.fixture(scope="module")
+def hidden():
+    import jax  # noqa: F401
+    from donation_lab.grading import hidden
+
+    return hidden
+
+
+def _jit(donate=(0,)):
+    import jax
+
+    return jax.jit(lambda state, delta: state + delta, donate_argnums=donate)
+
+
+def test_hidden_checks_pass_a_correct_answer(hidden, capsys):
+    fn = _jit()
+    for check in (hidden.check_example, hidden.check_values, hidden.check_invalidation,
+                  hidden.check_real_donation, hidden.check_training_loop):
+        check(fn)
+    out = capsys.readouterr().out
+    assert out.count("\u2714 ") == 5 and "passed" not in out.lower()
+
+
+@pytest.mark.parametrize("donate, failing", [
+    ((), ["check_invalidation", "check_real_donation", "check_training_loop"]),
+    ((1,), ["check_invalidation", "check_real_donation", "check_training_loop"]),
+])
+def test_hidden_checks_fail_without_donation_of_state(hidden, donate, failing):
+    fn = _jit(donate)
+    hidden.check_values(_jit(donate))
+    for name in failing:
+        with pytest.raises(hidden.HiddenCheckFailed):
+            getattr(hidden, name)(fn)
+
+
+def test_hidden_checks_are_not_fooled_by_redefined_helpers(hidden):
+    import builtins
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    wrong = jax.jit(lambda state, delta: state * 0, donate_argnums=(0,))
+    saved = (np.allclose, np.array_equal, np.testing.assert_allclose, jnp.allclose, builtins.all)
+    np.allclose = np.array_equal = jnp.allclose = lambda *a, **k: True
+    np.testing.assert_allclose = lambda *a, **k: None
+    builtins.all = lambda *a, **k: True
+    try:
+        with pytest.raises(hidden.HiddenCheckFailed):
+            hidden.check_values(wrong)
+        assert np.allclose is saved[0] and builtins.all is saved[4]  # restored
+    finally:
+        np.allclose, np.array_equal, np.testing.assert_allclose, jnp.allclose, builtins.all = saved
+    with pytest.raises(hidden.HiddenCheckFailed):
+        hidden.check_example(wrong)
