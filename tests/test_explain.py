@@ -85,3 +85,17 @@ def test_parse_alias_text():
     text = "HloModule m, input_output_alias={ {0}: (0, {}, may-alias), {1}: (2, {}, may-alias) }, x=1\nENTRY"
     assert parse_input_output_alias(text) == {(0,): 0, (1,): 2}
     assert parse_input_output_alias("HloModule m, entry_computation_layout={()}\n") == {}
+
+
+def test_the_warning_is_reported_once_then_jax_stays_quiet():
+    import warnings
+
+    f = jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))
+    first = explain_donation(f, f32(3), f32(3))
+    assert len(first.warnings) == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f(f32(3), f32(3))
+    assert caught == []  # JAX warned once per compilation, during explain_donation
+    again = explain_donation(f, f32(3), f32(3))
+    assert again.warnings == [] and [l.path for l in again.unusable] == ["b"]

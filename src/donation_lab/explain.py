@@ -14,6 +14,9 @@ for every array leaf of every argument:
 JAX warns about unusable donations once per compilation: if `fn` was already
 lowered for these shapes, the warning is not raised again, so `unusable`
 is computed from the compiled aliasing and does not depend on the warning.
+The other way round holds too: after `explain_donation(fn, ...)`, a real call
+of `fn` with the same shapes does not warn, because JAX already did (the
+report's `warnings` field has the message).
 """
 from __future__ import annotations
 
