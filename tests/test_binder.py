@@ -1,0 +1,194 @@
+"""Binder, as repo2docker would build it: a fresh environment from
+binder/requirements.txt on binder/runtime.txt's Python, then binder/postBuild,
+then the lessons run there through binder/start.
+
+Slow (a fresh venv: about a minute with warm wheel caches, more without);
+`-m "not slow"` leaves it out locally, CI runs it. The build time and peak
+memory go to tests/artifacts/binder/build.json.
+"""
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, wait_for_http
+from donation_lab.cli import free_port
+
+pytestmark = pytest.mark.slow
+
+BINDER = ROOT / "binder"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "binder"
+
+
+def runtime_python():
+    """The python that binder/runtime.txt asks for (python-X.Y)."""
+    runtime = (BINDER / "runtime.txt").read_text().strip()
+    match = re.fullmatch(r"python-(\d+\.\d+)", runtime)
+    assert match, f"binder/runtime.txt should read python-X.Y, not {runtime!r}"
+    version = match.group(1)
+    for candidate in (f"python{version}", "python3", sys.executable):
+        exe = shutil.which(candidate) or candidate
+        try:
+            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=60).stdout.strip()
+        except OSError:
+            continue
+        if out == version:
+            return exe, version
+    pytest.fail(f"no python{version} on PATH for binder/runtime.txt")
+
+
+def sh(cmd, env, cwd=ROOT, timeout=1200):
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def children_peak_mib():
+    # ru_maxrss of waited-for children: the largest single process, in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+@pytest.fixture(scope="module")
+def binder(tmp_path_factory):
+    """Build the Binder environment once; return (env, venv, home, build record)."""
+    base = tmp_path_factory.mktemp("binder")
+    venv, home = base / "venv", base / "home"
+    home.mkdir()
+    python, version = runtime_python()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "DONATION_LAB_ROOT",
+                        "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_PATH",
+                        "JUPYTER_CONFIG_PATH", "JUPYTER_RUNTIME_DIR")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    record = {"python": version}
+
+    start = time.monotonic()
+    sh([python, "-m", "venv", str(venv)], env)
+    sh([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+        "-r", str(BINDER / "requirements.txt")], env)
+    record["requirements_s"] = round(time.monotonic() - start, 1)
+
+    # postBuild as repo2docker runs it: from the repository root, the new
+    # environment first on PATH, a home of its own (so no user config is touched).
+    build_env = dict(env, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+                     JUPYTER_DATA_DIR=str(home / ".local" / "share" / "jupyter"))
+    post = time.monotonic()
+    sh(["bash", str(BINDER / "postBuild")], build_env)
+    record["postBuild_s"] = round(time.monotonic() - post, 1)
+    record["total_s"] = round(time.monotonic() - start, 1)
+    record["peak_process_rss_mib"] = round(children_peak_mib())
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"binder build: {record}")
+    return build_env, venv, base, record
+
+
+def start_cmd(env, *cmd, cwd=ROOT, timeout=900):
+    """Run `cmd` through binder/start (which moves into notebooks/)."""
+    return sh(["bash", str(BINDER / "start"), *cmd], dict(env, REPO_DIR=str(ROOT)), cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize("notebook", ["solutions/01_why_donate.ipynb", "solutions/07_update_with_donate.ipynb"])
+def test_notebook_runs_in_the_binder_environment(binder, notebook):
+    env, venv, base, _ = binder
+    out = base / "executed"
+    start_cmd(env, str(venv / "bin" / "python"), "-m", "jupyter", "nbconvert", "--to", "notebook",
+              "--execute", "--ExecutePreprocessor.timeout=600", "--output-dir", str(out),
+              str(ROOT / notebook))
+    import nbformat
+
+    nb = nbformat.read(out / Path(notebook).name, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "raises-exception" not in cell.metadata.get("tags", []):
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            assert not errors, f"{notebook}: {cell.source[:80]!r} raised {errors[0].ename}"
+
+
+def test_instructor_extensions_are_off_for_learners(binder):
+    env, venv, _, _ = binder
+    lab = subprocess.run([str(venv / "bin" / "jupyter"), "labextension", "list"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    text = lab.stdout + lab.stderr
+    assert "@jupyter/nbgrader" in text, text
+    disabled = text.split("Disabled extensions:", 1)[-1] if "Disabled extensions:" in text else ""
+    for plugin in ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment"):
+        assert plugin in disabled, f"{plugin} is not disabled:\n{text}"
+    for plugin in ("validate-assignment", "assignment-list"):
+        assert f"@jupyter/nbgrader:{plugin}" not in disabled, f"{plugin} should stay on:\n{text}"
+
+    server = subprocess.run([str(venv / "bin" / "jupyter"), "server", "extension", "list"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", server.stdout + server.stderr)
+    # One "NAME enabled|disabled" line per config dir that names it; the
+    # highest-priority one (the user's, listed first) decides.
+    state = {}
+    for ln in text.splitlines():
+        parts = ln.split()
+        if len(parts) == 2 and parts[1] in ("enabled", "disabled"):
+            state.setdefault(parts[0], parts[1])
+    assert state.get("nbgrader.server_extensions.formgrader") == "disabled", text
+    assert state.get("nbgrader.server_extensions.validate_assignment") == "enabled", text
+
+
+def test_nbgrader_validate_passes_the_solution(binder, tmp_path):
+    env, venv, _, _ = binder
+    solved = tmp_path / "07_update_with_donate.ipynb"
+    shutil.copy2(ROOT / "solutions" / solved.name, solved)
+    result = sh([str(venv / "bin" / "nbgrader"), "validate", str(solved)], env, cwd=tmp_path, timeout=600)
+    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout + result.stderr
+
+
+def test_validate_endpoint_in_the_binder_server(binder, tmp_path):
+    """The Validate button's server side, in the Binder environment: jupyter
+    lab started through binder/start, POST /assignments/validate."""
+    env, venv, _, _ = binder
+    port, token = free_port(), "binder-" + os.urandom(6).hex()
+    log = open(tmp_path / "lab.log", "w")
+    cmd = ["bash", str(BINDER / "start"), str(venv / "bin" / "jupyter"), "lab", "--no-browser",
+           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+           f"--LabApp.workspaces_dir={tmp_path}"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(env, REPO_DIR=str(ROOT)), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for_http(f"{base}/api/status?token={token}", timeout=180, proc=proc)
+        _, body = wait_for_http(f"{base}/api/contents?token={token}", proc=proc)
+        names = {item["name"] for item in json.loads(body)["content"]}
+        assert "07_update_with_donate.ipynb" in names and "solutions" not in names, names
+        request = urllib.request.Request(
+            f"{base}/assignments/validate", method="POST",
+            data=json.dumps({"path": "07_update_with_donate.ipynb"}).encode(),
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as resp:
+            result = json.loads(resp.read())
+        # The learner copy as shipped is unanswered: validation runs and reports failure.
+        assert result["success"] is True, result  # the request worked
+        value = json.loads(result["value"]) if isinstance(result["value"], str) else result["value"]
+        assert value.get("failed") or value.get("errored") or "failed" in json.dumps(value), value
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGINT)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        log.close()
