@@ -298,3 +298,14 @@ def test_pytest_filterwarnings_ini_turns_the_warning_into_a_failure(tmp_path):
     assert result.returncode == 1
     assert "UserWarning: Some donated buffers were not usable: float32[1,3]." in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("1 failed")
+
+
+def test_shared_leaf_in_a_donated_pytree():
+    step = jax.jit(lambda s: {"w": s["w"] * 2, "w_ema": s["w_ema"] * 3}, donate_argnums=0)
+    z = jnp.ones(4)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Attempt to donate the same buffer twice"):
+        step({"w": z, "w_ema": z})
+    assert not z.is_deleted()
+    copy = z.copy()
+    step({"w": z, "w_ema": copy})
+    assert z.is_deleted() and copy.is_deleted()
