@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -178,7 +179,14 @@ def test_validate_endpoint_in_the_binder_server(binder, tmp_path):
         # The learner copy as shipped is unanswered: validation runs and reports failure.
         assert result["success"] is True, result  # the request worked
         value = json.loads(result["value"]) if isinstance(result["value"], str) else result["value"]
-        assert value.get("failed") or value.get("errored") or "failed" in json.dumps(value), value
+        assert value.get("failed") and "update_with_donate" in json.dumps(value), value
+        # ... and the instructor's formgrader is not served at all.
+        try:
+            urllib.request.urlopen(f"{base}/formgrader?token={token}", timeout=60)
+            status = 200
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        assert status == 404, f"/formgrader answered {status}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
