@@ -309,3 +309,11 @@ def test_shared_leaf_in_a_donated_pytree():
     copy = z.copy()
     step({"w": z, "w_ema": copy})
     assert z.is_deleted() and copy.is_deleted()
+
+
+def test_gradient_accumulation_donates_the_total_only():
+    accumulate = jax.jit(lambda total, g: total + g, donate_argnums=0)
+    total, g = jnp.zeros(4), jnp.ones(4)
+    new_total = accumulate(total, g)
+    assert total.is_deleted() and not g.is_deleted()
+    np.testing.assert_array_equal(new_total, 1.0)
