@@ -200,3 +200,17 @@ def test_validate_endpoint_in_the_binder_server(binder, tmp_path):
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         log.close()
+
+
+def test_kernel_and_package_come_from_the_binder_environment(binder):
+    """The lessons above really ran on the new environment: its python3 kernel
+    and its own (non-editable) install of donation_lab."""
+    env, venv, _, _ = binder
+    probe = ("import json, sys, donation_lab\n"
+             "from jupyter_client.kernelspec import KernelSpecManager\n"
+             "spec = KernelSpecManager().get_kernel_spec('python3')\n"
+             "print(json.dumps({'argv0': spec.argv[0], 'exe': sys.executable, "
+             "'pkg': donation_lab.__file__}))")
+    out = json.loads(sh([str(venv / "bin" / "python"), "-c", probe], env, cwd=ROOT / "binder").stdout)
+    assert out["argv0"] in ("python", out["exe"]) or out["argv0"].startswith(str(venv)), out
+    assert out["pkg"].startswith(str(venv)), out
