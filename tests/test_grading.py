@@ -60,7 +60,7 @@ def graded(tmp_path_factory, env):
 @pytest.mark.parametrize("student", sorted(corpus.CASES))
 def test_each_submission_gets_its_expected_score_and_reason(graded, student):
     course, _, _ = graded
-    rows = read_csv(course / "grades" / "grades.csv")
+    rows = read_csv(course / ".grading" / "grades.csv")
     _, score, status, reason = corpus.CASES[student]
     row = rows[student]
     assert float(row[EX]) == score, row
@@ -68,12 +68,12 @@ def test_each_submission_gets_its_expected_score_and_reason(graded, student):
     assert reason in row["reason"], row
     if score < corpus.MAX:
         assert row["reason"], f"{student} lost points but the CSV says not why"
-    assert (course / "grades" / "feedback" / f"{student}.html").exists()
+    assert (course / ".grading" / "feedback" / f"{student}.html").exists()
 
 
 def test_gradebook_holds_every_student_with_the_csv_scores(graded):
     course, _, _ = graded
-    rows = read_csv(course / "grades" / "grades.csv")
+    rows = read_csv(course / ".grading" / "grades.csv")
     scores = gradebook_scores(course)
     assert set(scores) == set(corpus.CASES)
     for student, nbs in scores.items():
@@ -83,7 +83,7 @@ def test_gradebook_holds_every_student_with_the_csv_scores(graded):
 
 def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
     course, _, _ = graded
-    pages = list((course / "feedback").rglob("*.html")) + list((course / "grades" / "feedback").rglob("*.html"))
+    pages = list((course / "feedback").rglob("*.html")) + list((course / ".grading" / "feedback").rglob("*.html"))
     assert len(pages) > len(corpus.CASES)
     for page in pages:
         text = page.read_text(encoding="utf-8")
@@ -92,7 +92,7 @@ def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
             assert secret not in text, f"{page} shows {secret!r}"
     nodonate = (course / "feedback" / "nodonate" / ASSIGNMENT / f"{EX}.html").read_text(encoding="utf-8")
     assert "still alive" in nodonate and "values:" in nodonate  # the learner messages stay
-    summary = (course / "grades" / "feedback" / "nodonate.html").read_text(encoding="utf-8")
+    summary = (course / ".grading" / "feedback" / "nodonate.html").read_text(encoding="utf-8")
     for grade_id in ("ex-example", "ex-donated", "ex-values", "ex-buffer-reuse", "ex-training-loop"):
         assert grade_id in summary
     assert "fail" in summary and "pass" in summary
@@ -100,10 +100,10 @@ def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
 
 def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env):
     course, files, _ = graded
-    before = read_csv(course / "grades" / "grades.csv")
+    before = read_csv(course / ".grading" / "grades.csv")
     r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
     assert "graded 0 submission(s)" in r.stdout, r.stdout
-    assert read_csv(course / "grades" / "grades.csv") == before
+    assert read_csv(course / ".grading" / "grades.csv") == before
     # nodonate fixes the answer and submits again
     path = files / f"nodonate_{EX}.ipynb"
     nb = nbformat.read(path, as_version=4)
@@ -113,7 +113,7 @@ def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env)
     nbformat.write(nb, path)
     r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
     assert "graded 1 submission(s)" in r.stdout, r.stdout
-    after = read_csv(course / "grades" / "grades.csv")
+    after = read_csv(course / ".grading" / "grades.csv")
     assert float(after["nodonate"][EX]) == 10
     assert {s: row for s, row in after.items() if s != "nodonate"} == \
         {s: row for s, row in before.items() if s != "nodonate"}
@@ -136,8 +136,11 @@ def test_parallel_grading_gives_the_same_scores_as_serial_nbgrader_autograde(tmp
         shutil.copy(files / f"{student}_{EX}.ipynb", dest / f"{EX}.ipynb")
     nbgrader(serial, "autograde", ASSIGNMENT, "--force", env=env)
     parallel = make_course(tmp_path / "parallel")
-    grade(env, serial / "submitted", "--course", parallel, *LIMITS)
-    assert gradebook_scores(parallel) == gradebook_scores(serial)
+    # same per-cell limit as the serial run (the course's Execute.timeout)
+    grade(env, serial / "submitted", "--course", parallel, "--workers", "2", "--timeout", "300", "--no-progress")
+    ours, theirs = gradebook_scores(parallel), gradebook_scores(serial)
+    diff = {s: (ours.get(s), theirs.get(s)) for s in set(ours) | set(theirs) if ours.get(s) != theirs.get(s)}
+    assert not diff, f"parallel vs serial: {diff}\n{read_csv(parallel / '.grading' / 'grades.csv')}"
 
 
 # --- input formats, limits and bad input ---------------------------------------
@@ -152,7 +155,7 @@ def test_zip_input_and_naming_rules(tmp_path, env):
         zf.writestr("__MACOSX/._junk.ipynb", "junk")
     course = make_course(tmp_path / "course")
     grade(env, archive, "--course", course, *LIMITS)
-    rows = read_csv(course / "grades" / "grades.csv")
+    rows = read_csv(course / ".grading" / "grades.csv")
     assert set(rows) == {"alice", "bob"}
     assert float(rows["alice"][EX]) == 10 and float(rows["bob"][EX]) == 4
 
@@ -172,7 +175,7 @@ def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env
     course = make_course(tmp_path / "course")
     grade(env, files, "--course", course, "--workers", "2", "--timeout", "30", "--cell-timeout", "60",
           "--no-progress")
-    rows = read_csv(course / "grades" / "grades.csv")
+    rows = read_csv(course / ".grading" / "grades.csv")
     assert rows["stubborn"]["status"] == "timeout" and "30 s" in rows["stubborn"]["reason"]
     assert float(rows["partial"][EX]) == 10  # the rest of the class is still graded
     assert gradebook_scores(course)["stubborn"][EX] == 0

@@ -31,7 +31,7 @@ from ..course import CourseError, nbgrader_command, read_notebook, venv_env
 from ..paths import AUTOGRADER
 from .collect import ASSIGNMENT, collect, stage
 
-STATE = "grading-state.json"
+STATE = ".grading/state.json"  # beside the gradebook; .grading/ is git-ignored
 
 
 def parse(argv):
@@ -45,7 +45,7 @@ def parse(argv):
     p.add_argument("--cell-timeout", type=int, default=None,
                    help="seconds per cell (default: the course's Execute.timeout, at most --timeout)")
     p.add_argument("--memory-mb", type=int, default=3072, help="address-space limit of each kernel (default 3072)")
-    p.add_argument("--out", type=Path, default=None, help="where grades.csv and feedback/ go (default COURSE/grades)")
+    p.add_argument("--out", type=Path, default=None, help="where grades.csv and feedback/ go (default COURSE/.grading)")
     p.add_argument("--only-changed", action="store_true", help="grade only new or changed submissions")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -306,11 +306,19 @@ def main(argv) -> int:
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     found = collect(args.submissions.resolve() if args.submissions.exists() else args.submissions,
                     notebooks, exercise, warn=say)
-    out = (args.out or course / "grades").resolve()
+    out = (args.out or course / ".grading").resolve()
     args.out_dir = out
     cell_timeout = min(args.cell_timeout or config_timeout(course), args.timeout)
 
     state_path = course / STATE
+    state_path.parent.mkdir(exist_ok=True)
+    import fcntl
+
+    lock = open(state_path.parent / "lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise CourseError(f"another ./course grade is running on {course}; wait for it to finish") from None
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     ensure_assignment(course, digest_files(sources + [course / "nbgrader_config.py"]), state)
     students_state = state.setdefault("students", {})
@@ -325,8 +333,13 @@ def main(argv) -> int:
             except CourseError as exc:
                 invalid.setdefault(sid, []).append(str(exc))
                 del files[nb]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "buffer-donation-lab") as gb:
+        in_gradebook = {s.student.id for s in gb.find_assignment(ASSIGNMENT).submissions}
     todo = [sid for sid in sorted(found)
-            if not (args.only_changed and students_state.get(sid, {}).get("hash") == hashes[sid])]
+            if not (args.only_changed and sid in in_gradebook
+                    and students_state.get(sid, {}).get("hash") == hashes[sid])]
     skipped = sorted(set(found) - set(todo))
     repaired = stage(found, course / "submitted", students=set(todo), release_dir=course / "release" / ASSIGNMENT)
 
