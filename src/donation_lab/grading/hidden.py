@@ -197,12 +197,16 @@ def check_training_loop(fn, steps: int = 50) -> None:
     _require_function(check, fn)
     delta = _jnp_asarray(_asarray(_RNG(3).standard_normal(256), "float32"))
     state = _jnp_zeros((256,), _float32)
-    first = _block(_call(check, fn, state, delta))  # warm-up call (compile)
-    state, history = first, []
+    first = _call(check, fn, state, delta)  # warm-up call (compile)
+    if not _isinstance(first, _Array):
+        _fail(check, f"update_with_donate should return a JAX array, got {type(first).__name__}.")
+    state, history = _block(first), []
     before = _len(_live_arrays())
     for step in _range(steps):
         previous = state
         state = _call(check, fn, state, delta)
+        if not _isinstance(state, _Array):
+            _fail(check, f"update_with_donate should return a JAX array, got {type(state).__name__}.")
         if not previous.is_deleted():
             history.append(previous)  # kept alive on purpose: the caller would hold it
     _block(state)
