@@ -16,6 +16,7 @@ from pathlib import Path
 from .paths import NOTEBOOKS, SOLUTIONS, SOURCE
 
 DEFAULT_PORT = 8888
+ROOT_DIR_OPTIONS = ("--ServerApp.root_dir", "--ServerApp.notebook_dir", "--notebook-dir")
 
 
 def fail(message: str, code: int = 1) -> int:
@@ -70,12 +71,15 @@ def lab(argv) -> int:
     token = args.token if args.token is not None else secrets.token_hex(24)
 
     url = f"http://{args.ip}:{port}/lab/tree/{first_lesson()}?token={token}"
-    print(f"Buffer Donation Lab: JupyterLab on {NOTEBOOKS}", flush=True)
+    # A root dir given by the user (e.g. a scratch copy of the lessons)
+    # replaces ours: jupyter refuses two values for it.
+    user_root = any(arg.split("=", 1)[0] in ROOT_DIR_OPTIONS for arg in extra)
+    print(f"Buffer Donation Lab: JupyterLab on {'the root dir you gave' if user_root else NOTEBOOKS}", flush=True)
     print(f"Open this URL: {url}", flush=True)
     print("Stop with Ctrl-C.", flush=True)
     cmd = [
         sys.executable, "-m", "jupyterlab",
-        f"--ServerApp.root_dir={NOTEBOOKS}",
+        *([] if user_root else [f"--ServerApp.root_dir={NOTEBOOKS}"]),
         f"--ServerApp.ip={args.ip}",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
