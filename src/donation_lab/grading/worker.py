@@ -42,6 +42,8 @@ def diagnose(log: str, error: str) -> str:
     text = (log or "") + "\n" + (error or "")
     if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text.lower():
         return "the kernel died while running the notebook (the code exited the process, crashed, or was killed)"
+    if "Kernel didn't respond" in text:
+        return "the kernel did not start in time"
     if "UnresponsiveKernelError" in text or "became unresponsive" in text:
         return "the kernel stopped responding and could not be interrupted"
     if "NotJSONError" in text or "JSONDecodeError" in text or "not valid JSON" in text:
@@ -87,6 +89,11 @@ def grade_one(api, course: Path, student: str) -> dict:
 
     result = {"student": student, "notebooks": {}, "ok": True, "reason": ""}
     res = api.autograde(ASSIGNMENT, student, force=True, create=True)
+    if not res.get("success") and diagnose(res.get("log", ""), res.get("error", "")).startswith("the kernel"):
+        # Once more: parallel kernels pick TCP ports that another process can
+        # take before the kernel binds them ("Address already in use"), and
+        # such a kernel dies at start-up through no fault of the submission.
+        res = api.autograde(ASSIGNMENT, student, force=True, create=True)
     if not res.get("success"):
         result["ok"] = False
         result["reason"] = diagnose(res.get("log", ""), res.get("error", ""))
