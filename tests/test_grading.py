@@ -143,6 +143,31 @@ def test_parallel_grading_gives_the_same_scores_as_serial_nbgrader_autograde(tmp
     assert not diff, f"parallel vs serial: {diff}\n{read_csv(parallel / '.grading' / 'grades.csv')}"
 
 
+def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tmp_path, env):
+    """All seven notebooks, solved (the solutions/ copies), by two students,
+    in nbgrader's layout. With the compilation cache the second
+    student loads what the first one's kernels compiled (lessons included,
+    whose checks read JAX's warnings); every score must be full either way,
+    and no notebook may show a cache error."""
+    submitted = tmp_path / "submitted"
+    for student in ("ann", "ben"):
+        dest = submitted / student / ASSIGNMENT
+        dest.mkdir(parents=True)
+        for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
+            shutil.copy(nb, dest / nb.name)
+    scores = {}
+    for mode, extra in (("cache", []), ("no-cache", ["--no-compile-cache"])):
+        course = make_course(tmp_path / mode)
+        grade(env, submitted, "--course", course, "--workers", "1", "--timeout", "300", "--no-progress", *extra)
+        rows = read_csv(course / ".grading" / "grades.csv")
+        assert {s: (r["status"], r["total"], r["max"]) for s, r in rows.items()} == {
+            s: ("ok", "31.0", "31.0") for s in ("ann", "ben")}, rows
+        scores[mode] = gradebook_scores(course)
+        for path in (course / "autograded").rglob("*.ipynb"):
+            assert "persistent compilation cache" not in path.read_text(), path
+    assert scores["cache"] == scores["no-cache"]
+
+
 # --- input formats, limits and bad input ---------------------------------------
 
 def test_zip_input_and_naming_rules(tmp_path, env):

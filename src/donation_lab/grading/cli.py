@@ -48,6 +48,9 @@ def parse(argv):
     p.add_argument("--out", type=Path, default=None, help="where grades.csv and feedback/ go (default COURSE/.grading)")
     p.add_argument("--only-changed", action="store_true", help="grade only new or changed submissions")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="compile every submission's JAX code afresh (default: each worker keeps a JAX "
+                   "compilation cache for this run, so code many students share compiles once)")
     return p.parse_args(argv)
 
 
@@ -82,10 +85,11 @@ def ensure_assignment(course: Path, source_hash: str, state: dict) -> None:
 class Pool:
     """N long-lived workers; each can be killed (with its kernel) and replaced."""
 
-    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs):
+    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache=True):
         self.ctx = mp.get_context("spawn")
         self.args = (course, dbdir, cell_timeout, memory_mb, kernel_dir)
         self.logs = logs
+        self.compile_cache = compile_cache
         self.slots = [self._start(i) for i in range(n)]
 
     def _start(self, i):
@@ -94,9 +98,16 @@ class Pool:
         course, dbdir, cell_timeout, memory_mb, kernel_dir = self.args
         db = Path(dbdir) / f"worker-{i}.db"
         shutil.copyfile(Path(course) / "gradebook.db", db)
+        cache = ""
+        if self.compile_cache:
+            # a fresh folder for a fresh worker: one that was killed may have
+            # left an entry half-written
+            cache = Path(dbdir) / f"jax-cache-{i}"
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=serve, args=(child, str(course), str(db), cell_timeout, memory_mb, kernel_dir,
-                                      str(Path(self.logs) / f"worker-{i}.log")),
+                                      str(Path(self.logs) / f"worker-{i}.log"), str(cache)),
                                 daemon=True)
         proc.start()
         child.close()
@@ -143,7 +154,7 @@ def run_pool(students, course, args, cell_timeout, on_result, progress):
         logs = Path(args.out_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         pool = Pool(max(1, min(args.workers, len(students))), course, tmp, cell_timeout, args.memory_mb,
-                    str(kernel_dir), str(logs))
+                    str(kernel_dir), str(logs), compile_cache=not args.no_compile_cache)
         queue = list(students)
         pending = len(queue)
         try:

@@ -9,6 +9,8 @@ traceback that would quote the hidden source.
 """
 import re
 
+import jinja2
+from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
@@ -36,3 +38,40 @@ class StripHiddenTests(NbGraderPreprocessor):
                 if output.get("output_type") == "error":
                     output["traceback"] = [learner_message(output)]
         return cell, resources
+
+
+
+class MemoryBytecodeCache(jinja2.BytecodeCache):
+    """jinja2's bytecode-cache hook, with the compiled code kept in a dict."""
+
+    def __init__(self):
+        self.store = {}
+
+    def load_bytecode(self, bucket):
+        code = self.store.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket):
+        self.store[bucket.key] = bucket.bytecode_to_string()
+
+
+_BYTECODE = MemoryBytecodeCache()
+
+
+class CachedHTMLExporter(HTMLExporter):
+    """nbconvert's HTMLExporter whose jinja templates compile once per process.
+
+    nbgrader builds a new exporter, and so a new jinja environment, for every
+    `generate_feedback` call. Compiling nbgrader's feedback template and the
+    nbconvert templates it extends, again for every student, was the largest
+    CPU cost of a grading worker (measured with cProfile). jinja's bytecode
+    cache is keyed by template name and checks the source checksum, so an
+    edited template is still recompiled; the HTML is the same as
+    HTMLExporter's. Used by the grading workers (worker.py).
+    """
+
+    def _create_environment(self):
+        environment = super()._create_environment()
+        environment.bytecode_cache = _BYTECODE
+        return environment

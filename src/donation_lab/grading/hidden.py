@@ -41,8 +41,9 @@ _ORIGINAL = {(mod.__name__, name): (mod, name, getattr(mod, name)) for mod, name
              if hasattr(mod, name)}
 
 _len, _isinstance, _print, _repr, _range, _id = len, isinstance, print, repr, range, id
-_asarray, _np_abs, _zeros = np.asarray, np.abs, np.zeros
-_jnp_asarray, _jnp_zeros = jnp.asarray, jnp.zeros
+_asarray, _np_abs, _np_zeros = np.asarray, np.abs, np.zeros
+_np_float32, _np_int32 = np.float32, np.int32
+_device_put, _np_empty, _np_uint8 = jax.device_put, np.empty, np.uint8
 _live_arrays, _block = jax.live_arrays, jax.block_until_ready
 _Array = jax.Array
 _float32, _int32, _bfloat16 = jnp.float32, jnp.int32, jnp.bfloat16
@@ -101,15 +102,52 @@ def _host(check, array, what):
               "return a new value (state + delta), not a donated input.")
 
 
+# Shapes: every distinct (length, dtype) costs one compilation of the learner's
+# function (~30 ms), so the checks share them: SMALL float32 is the worked
+# example's shape and is reused by the invalidation and loop checks, LARGE
+# float32 by the buffer check; then the empty array and one length each for
+# int32 and bfloat16. Five compilations in all. The
+# inputs are built as NumPy arrays (in their final dtype) and copied to the
+# device by _device, so the checks compile nothing of their own.
+SMALL, LARGE = 2, 1 << 20
+
+
+def _device(values):
+    """A JAX array with a copy of `values` (NumPy) in a buffer XLA owns.
+
+    Not plain jax.device_put: on CPU it may alias a NumPy array whose data is
+    64-byte aligned instead of copying it (even with may_alias=False), and XLA
+    cannot reuse an aliased buffer, so a correct answer would fail the buffer
+    check whenever the allocator happened to align the array (measured on the
+    pinned jax). Not jnp.asarray either: it always copies, but compiles a copy
+    program for every new shape (~7 ms each). So: copy `values` to a host
+    buffer that starts one element past a 64-byte boundary, which XLA can
+    never alias, and device_put that.
+    """
+    raw = _np_empty(values.nbytes + 128, _np_uint8)
+    start = (-raw.ctypes.data) % 64 + values.itemsize
+    host = raw[start:start + values.nbytes].view(values.dtype)
+    host[...] = values
+    return _device_put(host)
+
+
+def _large(rng):
+    """LARGE float32 values in [-1, 1): uniform, which is much cheaper to draw than normal."""
+    values = rng.random(LARGE, dtype=_np_float32)
+    values *= 2
+    values -= 1
+    return values
+
+
 def _cases():
     rng = _RNG(7)
-    yield "float32, 0 elements", _zeros((0,), "float32"), _zeros((0,), "float32")
-    yield "float32, 1 element", rng.standard_normal(1).astype("float32"), rng.standard_normal(1).astype("float32")
-    yield "float32, 7 elements", rng.standard_normal(7).astype("float32"), rng.standard_normal(7).astype("float32")
-    n = 1 << 20
-    yield "float32, 1,048,576 elements", rng.standard_normal(n).astype("float32"), rng.standard_normal(n).astype("float32")
-    yield "int32, 1000 elements", rng.integers(-1000, 1000, 1000).astype("int32"), rng.integers(-1000, 1000, 1000).astype("int32")
-    yield "bfloat16, 13 elements", rng.standard_normal(13).astype("float32"), rng.standard_normal(13).astype("float32")
+    normal = lambda n: rng.standard_normal(n, dtype=_np_float32)  # noqa: E731
+    yield "float32, 0 elements", _np_zeros((0,), _np_float32), _np_zeros((0,), _np_float32)
+    yield f"float32, {SMALL} elements", normal(SMALL), normal(SMALL)
+    yield f"float32, {LARGE:,} elements", _large(rng), _large(rng)
+    yield "int32, 1000 elements", rng.integers(-1000, 1000, 1000, dtype=_np_int32), \
+        rng.integers(-1000, 1000, 1000, dtype=_np_int32)
+    yield "bfloat16, 13 elements", normal(13).astype(_bfloat16), normal(13).astype(_bfloat16)
 
 
 def check_values(fn) -> None:
@@ -118,9 +156,8 @@ def check_values(fn) -> None:
     check = "values"
     _require_function(check, fn)
     for label, s_np, d_np in _cases():
-        dtype = _bfloat16 if label.startswith("bfloat16") else s_np.dtype
-        state, delta = _jnp_asarray(s_np, dtype=dtype), _jnp_asarray(d_np, dtype=dtype)
-        expected = _asarray(state) + _asarray(delta)  # ndarray arithmetic, computed before the call
+        state, delta = _device(s_np), _device(d_np)
+        expected = s_np + d_np  # ndarray arithmetic, computed before the call
         out = _call(check, fn, state, delta)
         got = _host(check, out, f"the result for {label}")
         if got.shape != expected.shape:
@@ -145,8 +182,9 @@ def check_invalidation(fn) -> None:
     _guard()
     check = "state is donated, delta is kept"
     _require_function(check, fn)
-    state = _jnp_asarray(_asarray([1.0, 2.0, 3.0, 4.0], "float32"))
-    delta = _jnp_asarray(_asarray([0.5, 0.25, 0.125, 1.0], "float32"))
+    kept = [0.5, -0.25][:SMALL]
+    state = _device(_asarray([1.0, 2.0][:SMALL], _np_float32))
+    delta = _device(_asarray(kept, _np_float32))
     out = _call(check, fn, state, delta)
     _block(out)
     if not state.is_deleted():
@@ -161,7 +199,7 @@ def check_invalidation(fn) -> None:
     if delta.is_deleted():
         _fail(check, "delta was deleted too: only state may be donated.",
               "donate argument 0 only: donate_argnums=(0,).")
-    if _asarray(delta).tolist() != [0.5, 0.25, 0.125, 1.0]:
+    if _asarray(delta).tolist() != kept:
         _fail(check, "delta changed during the call.", "do not modify delta.")
     _ok(check, "after the call, state is deleted (reading it raises RuntimeError) and delta is "
         "still valid and unchanged.")
@@ -172,8 +210,8 @@ def check_real_donation(fn) -> None:
     _guard()
     check = "result reuses state's buffer"
     _require_function(check, fn)
-    state = _jnp_asarray(_asarray(_RNG(1).standard_normal(1024), "float32"))
-    delta = _jnp_asarray(_asarray(_RNG(2).standard_normal(1024), "float32"))
+    state = _device(_large(_RNG(1)))
+    delta = _device(_large(_RNG(2)))
     _block(state)
     pointer, delta_pointer = state.unsafe_buffer_pointer(), delta.unsafe_buffer_pointer()
     out = _call(check, fn, state, delta)
@@ -195,8 +233,8 @@ def check_training_loop(fn, steps: int = 50) -> None:
     _guard()
     check = "training loop"
     _require_function(check, fn)
-    delta = _jnp_asarray(_asarray(_RNG(3).standard_normal(256), "float32"))
-    state = _jnp_zeros((256,), _float32)
+    delta = _device(_RNG(3).standard_normal(SMALL, dtype=_np_float32))
+    state = _device(_np_zeros((SMALL,), _np_float32))
     first = _call(check, fn, state, delta)  # warm-up call (compile)
     if not _isinstance(first, _Array):
         _fail(check, f"update_with_donate should return a JAX array, got {type(first).__name__}.")
@@ -227,7 +265,7 @@ def check_example(fn) -> None:
     _guard()
     check = "worked example"
     _require_function(check, fn)
-    out = _call(check, fn, _jnp_asarray([1.0, 2.0], _float32), _jnp_asarray([0.5, 0.5], _float32))
+    out = _call(check, fn, _device(_asarray([1.0, 2.0], _np_float32)), _device(_asarray([0.5, 0.5], _np_float32)))
     got = _host(check, out, "the result")
     if got.tolist() != [1.5, 2.5]:
         _fail(check, f"update_with_donate([1.0, 2.0], [0.5, 0.5]) gave {got.tolist()}, expected [1.5, 2.5].")

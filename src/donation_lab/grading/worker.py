@@ -34,6 +34,14 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     cfg.Execute.timeout = cell_timeout
     cfg.Execute.interrupt_on_timeout = True
     cfg.Execute.kernel_name = KERNEL_NAME
+    # (nbgrader's Execute passes its own kernel_manager_class, so the client is set on the manager)
+    cfg.AsyncKernelManager.client_class = "donation_lab.grading.fastkernel.GradingKernelClient"
+    cfg.Execute.shutdown_kernel = "immediate"  # outputs are collected by then (see fastkernel.py)
+    # Plain tracebacks: IPython's default "Context" mode reads and parses the
+    # source of every frame (jax's too), ~0.15 s of kernel CPU per failing
+    # check; grade cells show only the check's message anyway (feedback.py).
+    cfg.Execute.extra_arguments = ["--InteractiveShell.xmode=Plain"]
+    cfg.GenerateFeedback.exporter_class = "donation_lab.grading.feedback.CachedHTMLExporter"
     coursedir = CourseDirectory(config=cfg)
     return NbGraderAPI(coursedir=coursedir, config=cfg)
 
@@ -124,7 +132,26 @@ def grade_one(api, course: Path, student: str) -> dict:
     return result
 
 
-def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_dir: str, log: str) -> None:
+def use_compile_cache(folder) -> None:
+    """Give this worker's kernels one JAX persistent compilation cache.
+
+    A class hands in nearly the same code many times (the lessons' cells,
+    and `state + delta` under a handful of names), and XLA compilation is a
+    large share of a notebook's run time. With the cache, a kernel that
+    compiles a program some earlier student's kernel already compiled (same
+    computation, same options, same jaxlib: JAX's cache key) loads it instead.
+    One folder per worker: a worker runs one kernel at a time, so no two
+    kernels ever write and read one entry at once (JAX writes entries
+    without a lock). Results are the same with or without it; the test suite
+    grades the solved course both ways.
+    """
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_dir: str, log: str,
+          compile_cache: str = "") -> None:
     """Worker main loop: receive a student id, send back a result dict."""
     os.setsid()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -133,6 +160,8 @@ def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_
     os.environ["DONATION_LAB_MEMORY_MB"] = str(memory_mb)
     os.environ["JUPYTER_PATH"] = kernel_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    if compile_cache:
+        use_compile_cache(compile_cache)
     course_p = Path(course)
     os.chdir(course_p)
     api = make_api(course_p, Path(db), cell_timeout)
