@@ -274,9 +274,21 @@ def test_hidden_checks_pass_a_correct_answer(hidden, capsys):
     assert out.count("\u2714 ") == 5 and "passed" not in out.lower()
 
 
+def test_hidden_over_donation_check_sees_through_a_plain_python_wrapper(hidden):
+    import warnings
+
+    over, exact = _jit((0, 1)), _jit((0,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(hidden.HiddenCheckFailed, match="delta is marked for donation"):
+            hidden.check_invalidation(lambda state, delta: over(state, delta))
+    hidden.check_invalidation(lambda state, delta: exact(state, delta))
+
+
 @pytest.mark.parametrize("donate, failing", [
     ((), ["check_invalidation", "check_real_donation", "check_training_loop"]),
     ((1,), ["check_invalidation", "check_real_donation", "check_training_loop"]),
+    ((0, 1), ["check_invalidation"]),  # delta requested too: JAX leaves it alive, the request is still wrong
 ])
 def test_hidden_checks_fail_without_donation_of_state(hidden, donate, failing):
     fn = _jit(donate)

@@ -66,3 +66,45 @@ def expect_deleted(what: str, array, hint: str = "") -> None:
         raise CheckFailed(f"{what} is still alive, so its buffer was not donated."
                           + (f"\nHint: {hint}" if hint else ""))
     passed(f"{what} was donated (is_deleted() is True)")
+
+
+def require(*names: str) -> None:
+    """Fail with a plain 'not answered yet' when an answer cell has not defined
+    `names` (instead of a NameError from the first line that uses them)."""
+    import inspect
+
+    caller = inspect.currentframe().f_back
+    missing = [n for n in names if n not in caller.f_locals and n not in caller.f_globals]
+    if missing:
+        listed = ", ".join(f"`{n}`" for n in missing)
+        raise CheckFailed(f"Not answered yet: {listed} {'is' if len(missing) == 1 else 'are'} not defined. "
+                          "Write your answer in the cell above (in place of `raise NotImplementedError()`), "
+                          "run it, then run this check again.")
+
+
+def donation_request(fn, *args, **kwargs):
+    """Which arguments `fn` (a jax.jit function) asks to donate, read from
+    `fn.lower(*args, **kwargs).args_info` without running anything: a tuple
+    of bools for the positional arguments and a dict for keyword ones (a
+    pytree argument counts as requested when any of its leaves is)."""
+    import jax
+
+    lower = getattr(fn, "lower", None)
+    if lower is None:
+        raise CheckFailed(f"{getattr(fn, '__name__', 'this')} should be a function compiled with jax.jit "
+                          f"(it has no .lower), got {type(fn).__name__}.")
+    positional, keyword = lower(*args, **kwargs).args_info
+    requested = lambda info: any(leaf.donated for leaf in jax.tree.leaves(info))  # noqa: E731
+    return tuple(requested(a) for a in positional), {k: requested(v) for k, v in keyword.items()}
+
+
+def expect_donation_request(what: str, fn, args, names, donated, hint: str = "") -> None:
+    """Pass when `fn`, called with positional `args` (named `names`), asks to
+    donate exactly the arguments in `donated`. Unlike is_deleted(), this also
+    catches a donation that JAX requested but could not use (the array then
+    stays alive, with only a warning)."""
+    positional, _ = donation_request(fn, *args)
+    requested = [name for name, flag in zip(names, positional) if flag]
+    if sorted(requested) != sorted(donated):
+        fail(f"arguments {what} asks to donate", sorted(donated), sorted(requested), hint)
+    passed(f"{what} asks to donate exactly {sorted(donated)}")

@@ -29,6 +29,7 @@ CASES = {
     "nojit":        ("def update_with_donate(state, delta):\n    return state + delta\n", 4, "partial", "still alive"),
     "wrongvalue":   (PARTIAL.replace("state + delta", "state - delta"), 4, "partial", "ex-values"),
     "wrongarg":     (PARTIAL.replace("(0,)", "(1,)"), 4, "partial", "delta"),
+    "overdonate":   (PARTIAL.replace("(0,)", "(0, 1)"), 8, "partial", "delta"),
     # broken
     "syntax":       ("def update_with_donate(state, delta)\n    return state + delta\n", 0, "partial", "SyntaxError"),
     "importerror":  ("import no_such_module_xyz\n" + PARTIAL, 0, "partial", "ModuleNotFoundError"),

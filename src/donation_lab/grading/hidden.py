@@ -15,6 +15,7 @@ a name looked up in the learner's namespace.
 """
 import builtins
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,8 @@ _Array = jax.Array
 _float32, _int32, _bfloat16 = jnp.float32, jnp.int32, jnp.bfloat16
 _ndarray = np.ndarray
 _RNG = np.random.default_rng  # a class method, looked up once here
+_catch_warnings, _simplefilter = warnings.catch_warnings, warnings.simplefilter
+_tree_leaves = jax.tree.leaves
 
 
 class HiddenCheckFailed(AssertionError):
@@ -201,8 +204,32 @@ def check_invalidation(fn) -> None:
               "donate argument 0 only: donate_argnums=(0,).")
     if _asarray(delta).tolist() != kept:
         _fail(check, "delta changed during the call.", "do not modify delta.")
+    if _asks_to_donate_delta(check, fn):
+        _fail(check, "delta is marked for donation too. With one output JAX can reuse only one buffer, so "
+              "it left delta alive this time (with a warning), but the specification says delta must not "
+              "be donated.", "donate argument 0 only: donate_argnums=(0,).")
     _ok(check, "after the call, state is deleted (reading it raises RuntimeError) and delta is "
         "still valid and unchanged.")
+
+
+def _asks_to_donate_delta(check, fn) -> bool:
+    """Whether fn requests donation of delta, which is_deleted() cannot see
+    when JAX has no output left for it. A jax.jit function says so in its
+    lowering (nothing runs); anything else is called on a fresh shape while
+    JAX's 'Some donated buffers were not usable' warning is listened for."""
+    lower = getattr(fn, "lower", None)
+    if lower is not None:
+        try:
+            positional = lower(_device(_np_zeros((SMALL,), _np_float32)),
+                               _device(_np_zeros((SMALL,), _np_float32))).args_info[0]
+        except Exception:
+            positional = None
+        if positional is not None and _len(positional) == 2:
+            return any(leaf.donated for leaf in _tree_leaves(positional[1]))
+    with _catch_warnings(record=True) as caught:
+        _simplefilter("always")
+        _call(check, fn, _device(_np_zeros((3,), _np_float32)), _device(_np_zeros((3,), _np_float32)))
+    return any("donated buffers were not usable" in str(w.message) for w in caught)
 
 
 def check_real_donation(fn) -> None:
