@@ -163,7 +163,7 @@ def test_two_jits_of_one_function_with_the_same_options_share_the_cache():
     assert x.is_deleted(), "a new jit wrapper no longer shares the cache: lesson 05's note is wrong"
 
 
-def test_debug_infs_does_not_disable_donation_and_inf_rerun_finds_input_deleted():
+def test_debug_infs_does_not_disable_donation_and_inf_rerun_finds_input_deleted(capfd):
     f = jax.jit(lambda x: 1.0 / x, donate_argnums=0)
     with jax.debug_infs(True):
         x = jnp.ones(4)
@@ -172,6 +172,8 @@ def test_debug_infs_does_not_disable_donation_and_inf_rerun_finds_input_deleted(
         zero = jnp.zeros(4)
         with pytest.raises(RuntimeError, match="Array has been deleted"):
             f(zero)
+    # lesson 5 says the report on this path calls the infinity a NaN
+    assert "Invalid nan value encountered" in capfd.readouterr().out
 
 
 def test_recipe_non_donating_debug_copy_leaves_the_donating_step_donating():

@@ -249,13 +249,16 @@ def test_jax_runtime_error_is_a_runtime_error():
     assert issubclass(jax.errors.JaxRuntimeError, RuntimeError)
 
 
-def test_already_compiled_function_raises_value_error_on_a_deleted_array():
+def test_already_compiled_function_raises_value_error_on_a_deleted_array(capfd):
     # Lesson 3: the fast path of a compiled function raises ValueError, not RuntimeError.
     update = jax.jit(fresh_add(), donate_argnums=0)
     s = jnp.ones(4)
     update(s, jnp.ones(4))
+    capfd.readouterr()
     with pytest.raises(ValueError, match="Buffer has been deleted or donated"):
         update(s, jnp.ones(4))
+    # ... and XLA's C++ log prints the same failure on stderr (lesson 3 says so)
+    assert "Buffer has been deleted or donated" in capfd.readouterr().err
     total = jax.jit(lambda a: a.sum())
     total(jnp.ones(4))
     t = jnp.ones(4)
