@@ -51,4 +51,3 @@ class GradingKernelClient(AsyncKernelClient):
                 break
 
     wait_for_ready = _async_wait_for_ready
-

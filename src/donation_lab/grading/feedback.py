@@ -40,7 +40,6 @@ class StripHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
-
 class MemoryBytecodeCache(jinja2.BytecodeCache):
     """jinja2's bytecode-cache hook, with the compiled code kept in a dict."""
 

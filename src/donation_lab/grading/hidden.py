@@ -41,14 +41,13 @@ _GUARDED |= {(builtins, name) for name in (
 _ORIGINAL = {(mod.__name__, name): (mod, name, getattr(mod, name)) for mod, name in _GUARDED
              if hasattr(mod, name)}
 
-_len, _isinstance, _print, _repr, _range, _id = len, isinstance, print, repr, range, id
+_len, _isinstance, _print, _range = len, isinstance, print, range
 _asarray, _np_abs, _np_zeros = np.asarray, np.abs, np.zeros
 _np_float32, _np_int32 = np.float32, np.int32
 _device_put, _np_empty, _np_uint8 = jax.device_put, np.empty, np.uint8
 _live_arrays, _block = jax.live_arrays, jax.block_until_ready
 _Array = jax.Array
-_float32, _int32, _bfloat16 = jnp.float32, jnp.int32, jnp.bfloat16
-_ndarray = np.ndarray
+_bfloat16 = jnp.bfloat16
 _RNG = np.random.default_rng  # a class method, looked up once here
 _catch_warnings, _simplefilter = warnings.catch_warnings, warnings.simplefilter
 _tree_leaves = jax.tree.leaves
@@ -109,9 +108,9 @@ def _host(check, array, what):
 # function (~30 ms), so the checks share them: SMALL float32 is the worked
 # example's shape and is reused by the invalidation and loop checks, LARGE
 # float32 by the buffer check; then the empty array and one length each for
-# int32 and bfloat16. Five compilations in all. The
-# inputs are built as NumPy arrays (in their final dtype) and copied to the
-# device by _device, so the checks compile nothing of their own.
+# int32 and bfloat16. Five compilations in all. The inputs are built as
+# NumPy arrays (in their final dtype) and copied to the device by _device, so
+# the checks compile nothing of their own.
 SMALL, LARGE = 2, 1 << 20
 
 
@@ -185,8 +184,8 @@ def check_invalidation(fn) -> None:
     _guard()
     check = "state is donated, delta is kept"
     _require_function(check, fn)
-    kept = [0.5, -0.25][:SMALL]
-    state = _device(_asarray([1.0, 2.0][:SMALL], _np_float32))
+    kept = [0.5, -0.25]  # SMALL elements, a shape the worked example already compiled
+    state = _device(_asarray([1.0, 2.0], _np_float32))
     delta = _device(_asarray(kept, _np_float32))
     out = _call(check, fn, state, delta)
     _block(out)
@@ -216,7 +215,9 @@ def _asks_to_donate_delta(check, fn) -> bool:
     """Whether fn requests donation of delta, which is_deleted() cannot see
     when JAX has no output left for it. A jax.jit function says so in its
     lowering (nothing runs); anything else is called on a fresh shape while
-    JAX's 'Some donated buffers were not usable' warning is listened for."""
+    JAX's 'Some donated buffers were not usable' warning is listened for.
+    (checks.donation_request reads the lowering the same way for the public
+    checks; this one uses only references captured before learner code ran.)"""
     lower = getattr(fn, "lower", None)
     if lower is not None:
         try:
