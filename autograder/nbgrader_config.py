@@ -1,7 +1,8 @@
 """nbgrader configuration for the Buffer Donation Lab course.
 
-This folder is an nbgrader course: `source/buffer-donation/` holds the
-instructor notebooks (solutions and hidden tests). Everything else nbgrader
+This folder is an nbgrader course: `source/<assignment>/` holds the
+instructor notebooks (solutions and hidden tests), `tools/` the instructor's
+course tools (the donation_course package). Everything else nbgrader
 makes here (release/, submitted/, autograded/, feedback/, gradebook.db) is
 local state and ignored by git.
 """
@@ -11,7 +12,6 @@ c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "buffer-donation-lab"
-c.CourseDirectory.db_assignments = [dict(name="buffer-donation")]
 
 # Student stubs: what an unanswered cell raises.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
@@ -20,7 +20,16 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # A cell may run at most this long during validate/autograde. The grading
 # command also bounds each whole submission (time and memory).
 c.Execute.timeout = 60
-c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
+# Kernel options, also for the grading command's kernels (it adds to this
+# list, never replaces it): no IPython history file (grade cells' source must
+# not land in ~/.ipython), and the hidden checks imported at kernel start, so
+# they capture numpy's and jax's helpers before any submitted code runs. They
+# live with the instructor's tools (autograder/tools/donation_course/hidden/),
+# which learners never install.
+c.Execute.extra_arguments = [
+    "--HistoryManager.hist_file=:memory:",
+    "--IPKernelApp.exec_lines=import donation_course.hidden.exercise",
+]
 
 # solutions/ = the source with answers kept and hidden tests removed, no
 # outputs. Executing them is the test suite's job, not generate_solution's.
@@ -33,9 +42,9 @@ c.GenerateSolution.preprocessors = [
 ]
 
 # Feedback HTML: strip hidden-test source and tracebacks from grade cells,
-# keeping each check's learner message (donation_lab/grading/feedback.py).
+# keeping each check's learner message (autograder/tools/donation_course/grading/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "donation_lab.grading.feedback.StripHiddenTests",
+    "donation_course.grading.feedback.StripHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

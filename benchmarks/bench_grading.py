@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
 import build as corpus  # noqa: E402
 
-from donation_lab.course import nbgrader_command, venv_env  # noqa: E402
-from donation_lab.paths import ASSIGNMENT  # noqa: E402
+from donation_course.course import nbgrader_command, venv_env  # noqa: E402
+from donation_course.course import COURSE  # noqa: E402
+
+ASSIGNMENT = COURSE.assignment
 
 EX = corpus.EXERCISE
 MIX = ["partial", "wrapped", "argnames", "lambda", "nodonate", "nojit", "wrongvalue", "wrongarg"]

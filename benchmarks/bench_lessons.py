@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_lessons.py [--copies solutions|notebooks] [--mib 64]
 
 Runs every lesson top to bottom in a fresh kernel (the same
-`donation_lab.execute.run_notebook` the tests use), and, in the same run, a
+`donation_course.execute.run_notebook` the tests use), and, in the same run, a
 fresh kernel that only imports jax: the floor no lesson can beat. Then
 measures lesson 1's memory loop with and without donation. Prints a
 markdown table. Targets: every lesson < 20 s, the whole course < 2 min, on
@@ -21,9 +21,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from donation_lab.execute import run_notebook
+from donation_course.execute import run_notebook
 from donation_lab.memory import MiB, compare_donation, elements_for_mib
-from donation_lab.paths import NOTEBOOKS, SOLUTIONS
+from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
 
 LESSON_TARGET_S = 20
 COURSE_TARGET_S = 120

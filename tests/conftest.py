@@ -11,11 +11,28 @@ from pathlib import Path
 
 import pytest
 
-from donation_lab.cli import free_port
-from donation_lab.course import venv_env
-from donation_lab.paths import ASSIGNMENT, AUTOGRADER, NOTEBOOKS, ROOT, SOLUTIONS, SOURCE
+from donation_course.authoring import scratch_course
+from donation_course.course import venv_env
+from donation_course.course import COURSE, AUTOGRADER, NOTEBOOKS, ROOT, SOLUTIONS
+ASSIGNMENT = COURSE.assignment
+SOURCE = COURSE.source
 
-COURSE = ROOT / "course"
+COURSE_CMD = ROOT / "course"
+
+
+def _load_course_script():
+    """The ./course script as a module (it is stdlib-only; tests reuse its free_port)."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("course_script", str(COURSE_CMD))
+    spec = importlib.util.spec_from_loader("course_script", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+free_port = _load_course_script().free_port
 
 
 @pytest.fixture(scope="session")
@@ -37,12 +54,7 @@ def nbgrader(course_dir, *args, env, check=True, timeout=600):
                check=check, timeout=timeout)
 
 
-def make_course(dest: Path) -> Path:
-    """A scratch copy of the nbgrader course (config + source), no state."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(AUTOGRADER / "nbgrader_config.py", dest / "nbgrader_config.py")
-    shutil.copytree(SOURCE, dest / "source" / ASSIGNMENT)
-    return dest
+make_course = scratch_course  # a scratch copy of the nbgrader course (config + source), no state
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +112,7 @@ def start_lab(env, tmp_path, extra=()):
     token = "test-token-" + os.urandom(6).hex()
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
-        [str(COURSE), "lab", "--no-browser", "--port", str(port), "--token", token, *extra],
+        [str(COURSE_CMD), "lab", "--no-browser", "--port", str(port), "--token", token, *extra],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     server = LabServer(proc, port, token, tmp_path / "lab.log")

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, wait_for_http
-from donation_lab.cli import free_port
 
 pytestmark = pytest.mark.slow
 

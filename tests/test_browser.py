@@ -26,8 +26,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, LabServer, answered_copy, start_lab, wait_for_http
-from donation_lab.cli import free_port
-from donation_lab.paths import NOTEBOOKS
+from donation_course.course import COURSE, NOTEBOOKS
 
 pytestmark = pytest.mark.browser
 

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import COURSE, ROOT, run
-from donation_lab.paths import NOTEBOOKS
+from conftest import COURSE_CMD, ROOT, run
+from donation_course.course import COURSE, NOTEBOOKS
 
 
 def one_line_error(result):
@@ -41,24 +41,24 @@ def test_lab_command_refuses_a_busy_port(env):
         sock.bind(("127.0.0.1", 0))
         sock.listen(1)
         port = sock.getsockname()[1]
-        result = run([str(COURSE), "lab", "--no-browser", "--port", str(port)], env=env, check=False, timeout=120)
+        result = run([str(COURSE_CMD), "lab", "--no-browser", "--port", str(port)], env=env, check=False, timeout=120)
     line = one_line_error(result)
     assert f"port {port} is already in use" in line
 
 
 def test_regenerate_names_a_malformed_source_notebook(env, tmp_path):
     source = tmp_path / "source"
-    shutil.copytree(ROOT / "autograder" / "source" / "buffer-donation", source)
+    shutil.copytree(COURSE.source, source)
     victim = sorted(source.glob("*.ipynb"))[0]
     victim.write_text(victim.read_text()[:-40])  # a truncated save
-    result = run([str(COURSE), "regenerate", "--source", str(source), "--notebooks", str(tmp_path / "nb"),
+    result = run([str(COURSE_CMD), "regenerate", "--source", str(source), "--notebooks", str(tmp_path / "nb"),
                   "--solutions", str(tmp_path / "sol")], env=env, check=False, timeout=300)
     line = one_line_error(result)
     assert victim.name in line and "not valid notebook JSON" in line
 
 
 def test_unknown_command_gets_usage(env):
-    result = run([str(COURSE), "frobnicate"], env=env, check=False, timeout=120)
+    result = run([str(COURSE_CMD), "frobnicate"], env=env, check=False, timeout=120)
     assert result.returncode == 2
     assert "unknown command 'frobnicate'" in result.stderr
     assert "Traceback" not in result.stderr

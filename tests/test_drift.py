@@ -3,8 +3,8 @@ import shutil
 
 import nbformat
 
-from donation_lab.course import drift, regenerate
-from donation_lab.paths import NOTEBOOKS, SOLUTIONS
+from donation_course.authoring import drift, regenerate
+from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
 
 
 def test_committed_copies_match_the_source(tmp_path):

@@ -13,7 +13,8 @@ import nbformat
 import pytest
 
 from conftest import make_course, nbgrader
-from donation_lab.paths import ASSIGNMENT, ROOT
+from donation_course.course import COURSE, ROOT
+ASSIGNMENT = COURSE.assignment
 
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
 import build as corpus  # noqa: E402
@@ -231,7 +232,7 @@ def test_bad_course_and_options_give_one_clear_line(tmp_path, env):
 # --- units ---------------------------------------------------------------------
 
 def test_naming_rules_for_flat_exports(tmp_path):
-    from donation_lab.grading.collect import collect
+    from donation_course.grading.collect import collect
 
     nbs = ["01_why_donate", EX]
     for name in ("Alice.ipynb", f"bob_{EX}.ipynb", "carol_01_why_donate.ipynb", "dave_12345_late.ipynb"):
@@ -242,7 +243,7 @@ def test_naming_rules_for_flat_exports(tmp_path):
 
 
 def test_strip_hidden_keeps_public_source_and_learner_message():
-    from donation_lab.grading.feedback import learner_message, strip_hidden
+    from donation_course.grading.feedback import learner_message, strip_hidden
 
     src = "x = 1\n### BEGIN HIDDEN TESTS\nsecret()\n### END HIDDEN TESTS\ny = 2"
     out = strip_hidden(src)
@@ -254,7 +255,7 @@ def test_strip_hidden_keeps_public_source_and_learner_message():
 @pytest.fixture(scope="module")
 def hidden():
     import jax  # noqa: F401
-    from donation_lab.grading import hidden
+    from donation_course.hidden import exercise as hidden
 
     return hidden
 

@@ -1,13 +1,16 @@
 """The repository is laid out as the README says, and the pins agree."""
 import re
 
-from donation_lab.paths import ROOT, SOURCE
+from donation_course.course import COURSE, ROOT
+SOURCE = COURSE.source
 
 
 def test_top_level_layout():
     for name in ["notebooks", "autograder", "solutions", "binder", "requirements.txt", "README.md",
+                 "requirements-instructor.txt", "requirements-test.txt",
                  "pyproject.toml", "src/donation_lab", "tests", "benchmarks", ".ci/run", ".gitignore",
-                 "course", "autograder/nbgrader_config.py"]:
+                 "course", "autograder/nbgrader_config.py", "autograder/tools/pyproject.toml",
+                 "autograder/tools/donation_course"]:
         assert (ROOT / name).exists(), f"missing {name}"
 
 
@@ -21,10 +24,13 @@ def test_lessons_are_numbered_and_the_exercise_is_last():
 
 
 def _pins(path):
+    """Exact pins of a requirements file, following its `-r` includes."""
     pins = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line and not line.startswith("-"):
+        if line.startswith("-r "):
+            pins.update(_pins(path.parent / line[3:].strip()))
+        elif line and not line.startswith("-"):
             assert "==" in line, f"{path.name}: not an exact pin: {line!r}"
             name, version = line.split("==")
             pins[name.lower()] = version
@@ -37,16 +43,23 @@ def test_requirements_are_exact_pins_of_the_stack():
     assert pins["nbgrader"] == "0.9.6"
     assert pins["jupyterlab"].startswith("4.6.")
     assert pins["ipywidgets"].startswith("8.1.")
-    for name in ["matplotlib", "nbclient", "psutil", "tqdm"]:
+    for name in ["matplotlib", "nbclient", "psutil"]:
         assert name in pins, f"{name} is not pinned"
-    # pytest is a runtime pin: lesson 03 runs it to show warnings as failures.
+    # pytest is a learner pin: lesson 03 runs it to show warnings as failures.
     assert "pytest" in pins
+    # The instructor's tools add to the learner's pins and change none of them.
+    instructor = _pins(ROOT / "requirements-instructor.txt")
+    assert "tqdm" in instructor and "tqdm" not in pins
+    assert {k: instructor[k] for k in pins} == pins
     test_pins = _pins(ROOT / "requirements-test.txt")
-    assert "playwright" in test_pins
+    assert "playwright" in test_pins and "playwright" not in instructor
+    assert {k: test_pins[k] for k in instructor} == instructor
 
 
-def test_binder_uses_the_same_pins():
+def test_binder_uses_the_learners_pins():
+    # binder/requirements.txt includes requirements.txt: one list of pins, no copy to keep equal.
     assert _pins(ROOT / "binder" / "requirements.txt") == _pins(ROOT / "requirements.txt")
+    assert "-r ../requirements.txt" in (ROOT / "binder" / "requirements.txt").read_text()
     assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
     post_build = (ROOT / "binder" / "postBuild").read_text().splitlines()
     first_command = next(ln for ln in post_build if ln.strip() and not ln.startswith("#"))

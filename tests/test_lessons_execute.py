@@ -9,8 +9,8 @@
 """
 import pytest
 
-from donation_lab.execute import run_notebook
-from donation_lab.paths import NOTEBOOKS, SOLUTIONS
+from donation_course.execute import run_notebook
+from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
 
 LESSONS = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
 TAG = "raises-exception"

@@ -2,7 +2,8 @@
 import shutil
 
 from conftest import answered_copy, nbgrader
-from donation_lab.paths import ASSIGNMENT, NOTEBOOKS
+from donation_course.course import COURSE, NOTEBOOKS
+ASSIGNMENT = COURSE.assignment
 
 EXERCISE = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))[-1]
 

@@ -4,7 +4,8 @@ import json
 import nbformat
 import pytest
 
-from donation_lab.paths import NOTEBOOKS, SOLUTIONS, SOURCE
+from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
+SOURCE = COURSE.source
 
 ALL = sorted(SOURCE.glob("*.ipynb")) + sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(SOLUTIONS.glob("*.ipynb"))
 

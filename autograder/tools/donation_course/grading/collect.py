@@ -1,7 +1,7 @@
 """Turn a class's submissions into nbgrader's `submitted/<student>/<assignment>/` layout.
 
 Accepted inputs (SUBMISSIONS):
-  1. an nbgrader folder: `SUBMISSIONS/<student>/buffer-donation/*.ipynb`
+  1. an nbgrader folder: `SUBMISSIONS/<student>/<assignment>/*.ipynb`
      (SUBMISSIONS may be a course's `submitted/` folder);
   2. a flat folder of `.ipynb` files, as an LMS exports them;
   3. a `.zip` of such files (folders inside the zip are ignored; only the
@@ -25,8 +25,6 @@ from pathlib import Path
 
 from ..course import CourseError
 
-ASSIGNMENT = "buffer-donation"
-
 
 def student_id(raw: str) -> str:
     sid = re.sub(r"[^a-z0-9.-]", "", raw.lower()).strip(".")
@@ -41,7 +39,7 @@ def parse_name(stem: str, notebooks: list, exercise: str):
     return student_id(stem.split("_")[0]), exercise
 
 
-def collect(src: Path, notebooks: list, exercise: str, warn=print) -> dict:
+def collect(src: Path, notebooks: list, exercise: str, assignment: str, warn=print) -> dict:
     """{student: {notebook_name: path}} for SUBMISSIONS, or CourseError."""
     if not src.exists():
         raise CourseError(f"{src}: no such file or folder")
@@ -58,7 +56,7 @@ def collect(src: Path, notebooks: list, exercise: str, warn=print) -> dict:
                 (tmp / name).write_bytes(zf.read(info))
         src = tmp
     found = {}
-    nested = sorted(src.glob(f"*/{ASSIGNMENT}/*.ipynb"))
+    nested = sorted(src.glob(f"*/{assignment}/*.ipynb"))
     if nested:
         for path in nested:
             sid = student_id(path.parent.parent.name)
@@ -74,7 +72,7 @@ def collect(src: Path, notebooks: list, exercise: str, warn=print) -> dict:
                 warn(f"warning: {path.name} and {found[sid][nb].name} are both {sid}'s {nb}; using {path.name}")
             found.setdefault(sid, {})[nb] = path
     if not found:
-        raise CourseError(f"{src}: no .ipynb submissions found (expected <student>/{ASSIGNMENT}/*.ipynb, "
+        raise CourseError(f"{src}: no .ipynb submissions found (expected <student>/{assignment}/*.ipynb, "
                           "or a flat folder or .zip of <student>_<notebook>.ipynb files)")
     return found
 
@@ -117,7 +115,7 @@ def repair(nb, release) -> list:
     return notes
 
 
-def stage(found: dict, submitted: Path, students=None, release_dir=None) -> dict:
+def stage(found: dict, submitted: Path, assignment: str, students=None, release_dir=None) -> dict:
     """Copy each student's files into submitted/<student>/<assignment>/
     (replacing what was there), repaired (see repair); return notes per student."""
     import nbformat
@@ -126,7 +124,7 @@ def stage(found: dict, submitted: Path, students=None, release_dir=None) -> dict
     for sid, files in found.items():
         if students is not None and sid not in students:
             continue
-        dest = submitted / sid / ASSIGNMENT
+        dest = submitted / sid / assignment
         if all(p.resolve().parent == dest.resolve() for p in files.values()):
             continue  # already in place (SUBMISSIONS is the course's own submitted/)
         if dest.exists():

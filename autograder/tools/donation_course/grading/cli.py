@@ -16,27 +16,23 @@ import datetime as dt
 import hashlib
 import html
 import json
-import multiprocessing as mp
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
-from multiprocessing.connection import wait
 from pathlib import Path
 
-from ..course import CourseError, nbgrader_command, read_notebook, venv_env
-from ..paths import AUTOGRADER
-from .collect import ASSIGNMENT, collect, stage
+from ..course import AUTOGRADER, Course, CourseError, read_notebook, run_nbgrader
+from .collect import collect, stage
+from .pool import run_pool
 
 STATE = ".grading/state.json"  # beside the gradebook; .grading/ is git-ignored
 
 
 def parse(argv):
     p = argparse.ArgumentParser(prog="./course grade", description=(
-        "Grade a class: SUBMISSIONS is an nbgrader submitted/ folder (<student>/buffer-donation/*.ipynb), "
+        "Grade a class: SUBMISSIONS is an nbgrader submitted/ folder (<student>/<assignment>/*.ipynb), "
         "a flat folder of .ipynb files, or a .zip of them (<student>_<notebook>.ipynb or <student>.ipynb)."))
     p.add_argument("submissions", type=Path)
     p.add_argument("--course", type=Path, default=AUTOGRADER, help="nbgrader course folder (default: autograder/)")
@@ -61,154 +57,16 @@ def digest_files(paths) -> str:
     return h.hexdigest()
 
 
-def config_timeout(course: Path) -> int:
-    from traitlets.config.loader import PyFileConfigLoader
-
-    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
-    return int(cfg.Execute.get("timeout", 30))
-
-
-def ensure_assignment(course: Path, source_hash: str, state: dict) -> None:
-    fresh = (state.get("source") == source_hash and (course / "gradebook.db").exists()
-             and (course / "release" / ASSIGNMENT).is_dir())
+def ensure_assignment(course: Course, source_hash: str, state: dict, log: Path) -> None:
+    fresh = (state.get("source") == source_hash and course.gradebook.exists() and course.release.is_dir())
     if fresh:
         return
-    r = subprocess.run(nbgrader_command("generate_assignment", ASSIGNMENT, "--force"), cwd=course,
-                       env=venv_env(), capture_output=True, text=True)
-    if r.returncode != 0:
-        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "ERROR" in ln]
-        raise CourseError("nbgrader generate_assignment failed: " + (lines[-1] if lines else f"exit {r.returncode}"))
+    run_nbgrader(course.root, "generate_assignment", course.assignment, "--force", log=log)
     state["source"] = source_hash
     state["students"] = {}  # a new assignment version: everyone is graded again
 
 
-class Pool:
-    """N long-lived workers; each can be killed (with its kernel) and replaced."""
-
-    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache=True):
-        self.ctx = mp.get_context("spawn")
-        self.args = (course, dbdir, cell_timeout, memory_mb, kernel_dir)
-        self.logs = logs
-        self.compile_cache = compile_cache
-        self.slots = [self._start(i) for i in range(n)]
-
-    def _start(self, i):
-        from .worker import serve
-
-        course, dbdir, cell_timeout, memory_mb, kernel_dir = self.args
-        db = Path(dbdir) / f"worker-{i}.db"
-        shutil.copyfile(Path(course) / "gradebook.db", db)
-        cache = ""
-        if self.compile_cache:
-            # a fresh folder for a fresh worker: one that was killed may have
-            # left an entry half-written
-            cache = Path(dbdir) / f"jax-cache-{i}"
-            shutil.rmtree(cache, ignore_errors=True)
-            cache.mkdir()
-        parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=serve, args=(child, str(course), str(db), cell_timeout, memory_mb, kernel_dir,
-                                      str(Path(self.logs) / f"worker-{i}.log"), str(cache)),
-                                daemon=True)
-        proc.start()
-        child.close()
-        return {"i": i, "proc": proc, "conn": parent, "ready": False, "student": None, "since": None}
-
-    def kill(self, slot):
-        import psutil
-
-        try:
-            procs = psutil.Process(slot["proc"].pid).children(recursive=True)
-        except psutil.Error:
-            procs = []
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        slot["proc"].kill()
-        slot["proc"].join(5)
-        slot["conn"].close()
-
-    def replace(self, slot):
-        self.kill(slot)
-        new = self._start(slot["i"])
-        self.slots[self.slots.index(slot)] = new
-
-    def close(self):
-        for slot in self.slots:
-            try:
-                slot["conn"].send(None)
-            except OSError:
-                pass
-        for slot in self.slots:
-            slot["proc"].join(10)
-            if slot["proc"].is_alive():
-                self.kill(slot)
-
-
-def run_pool(students, course, args, cell_timeout, on_result, progress):
-    with tempfile.TemporaryDirectory(prefix="donation-lab-grade-") as tmp:
-        from .worker import make_kernelspec
-
-        kernel_dir = make_kernelspec(Path(tmp) / "jupyter", sys.executable)
-        logs = Path(args.out_dir) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        pool = Pool(max(1, min(args.workers, len(students))), course, tmp, cell_timeout, args.memory_mb,
-                    str(kernel_dir), str(logs), compile_cache=not args.no_compile_cache)
-        queue = list(students)
-        pending = len(queue)
-        try:
-            while pending:
-                for slot in pool.slots:
-                    if slot["ready"] and slot["student"] is None and queue:
-                        slot["student"], slot["since"] = queue.pop(0), time.monotonic()
-                        slot["conn"].send(slot["student"])
-                conns = {slot["conn"]: slot for slot in pool.slots}
-                sentinels = {slot["proc"].sentinel: slot for slot in pool.slots}
-                ready = wait(list(conns) + list(sentinels), timeout=1.0)
-                now = time.monotonic()
-                for obj in ready:
-                    slot = conns.get(obj) or sentinels.get(obj)
-                    if slot not in pool.slots:
-                        continue
-                    if obj in conns:
-                        try:
-                            kind, payload = slot["conn"].recv()
-                        except (EOFError, OSError):
-                            kind, payload = "dead", None
-                    else:
-                        if slot["conn"].poll():
-                            continue  # read the message first
-                        kind, payload = "dead", None
-                    if kind == "ready":
-                        slot["ready"] = True
-                    elif kind == "done":
-                        slot["student"] = None
-                        pending -= 1
-                        on_result(payload)
-                        progress()
-                    else:  # the worker process died
-                        student = slot["student"]
-                        pool.replace(slot)
-                        if student is not None:
-                            pending -= 1
-                            on_result({"student": student, "notebooks": {}, "ok": False, "status": "error",
-                                       "reason": "the grading process died (out of memory or killed)"})
-                            progress()
-                for slot in list(pool.slots):
-                    if slot["student"] is not None and now - slot["since"] > args.timeout:
-                        student = slot["student"]
-                        pool.replace(slot)
-                        pending -= 1
-                        on_result({"student": student, "notebooks": {}, "ok": False, "status": "timeout",
-                                   "reason": f"grading took longer than {args.timeout} s (whole-submission "
-                                   "time limit); no score could be recorded"})
-                        progress()
-        finally:
-            pool.close()
-
-
-def merge(gb, result, timestamp=None):
+def merge(gb, assignment, result, timestamp=None):
     """Write one student's result into the real gradebook, in one transaction."""
     from nbgrader.api import MissingEntry
 
@@ -217,18 +75,18 @@ def merge(gb, result, timestamp=None):
     try:
         gb.update_or_create_student(sid)
         try:
-            gb.remove_submission(ASSIGNMENT, sid)
+            gb.remove_submission(assignment, sid)
         except MissingEntry:
             pass
         ts = result.get("timestamp") or timestamp
-        gb.add_submission(ASSIGNMENT, sid, **({"timestamp": dt.datetime.fromisoformat(ts)} if ts else {}))
+        gb.add_submission(assignment, sid, **({"timestamp": dt.datetime.fromisoformat(ts)} if ts else {}))
         for nbname, nb in result.get("notebooks", {}).items():
             for g in nb["grades"]:
-                grade = gb.find_grade(g["name"], nbname, ASSIGNMENT, sid)
+                grade = gb.find_grade(g["name"], nbname, assignment, sid)
                 grade.auto_score, grade.manual_score = g["auto_score"], g["manual_score"]
                 grade.needs_manual_grade = g["needs_manual_grade"]
             for c in nb["comments"]:
-                comment = gb.find_comment(c["name"], nbname, ASSIGNMENT, sid)
+                comment = gb.find_comment(c["name"], nbname, assignment, sid)
                 comment.auto_comment, comment.manual_comment = c["auto_comment"], c["manual_comment"]
         del db.commit
         db.commit()
@@ -273,7 +131,8 @@ def summarize(result, notebooks, max_scores, submitted):
     return row
 
 
-def feedback_page(row, result, notebooks, course, out):
+def feedback_page(row, result, course: Course, out):
+    notebooks = course.notebooks
     sid = row["student"]
     parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback: {html.escape(sid)}</title>",
              "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{border:1px solid #ccc;"
@@ -294,7 +153,7 @@ def feedback_page(row, result, notebooks, course, out):
                          f"<td class='{'pass' if ok else 'fail'}'>{'pass' if ok else 'fail'}</td>"
                          f"<td><pre>{html.escape(g.get('message') or '')}</pre></td></tr>")
         parts.append("</table>")
-        nbfb = course / "feedback" / sid / ASSIGNMENT / f"{nb}.html"
+        nbfb = course.root / "feedback" / sid / course.assignment / f"{nb}.html"
         if nbfb.exists():
             dest = out / "feedback" / sid / f"{nb}.html"
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -305,21 +164,20 @@ def feedback_page(row, result, notebooks, course, out):
 
 def main(argv) -> int:
     args = parse(argv)
-    course = args.course.resolve()
-    if not (course / "nbgrader_config.py").is_file() or not (course / "source" / ASSIGNMENT).is_dir():
-        raise CourseError(f"{course}: not an nbgrader course (needs nbgrader_config.py and source/{ASSIGNMENT}/)")
+    C = Course(args.course.resolve())
+    course, ASSIGNMENT = C.root, C.assignment
     for name in ("workers", "timeout", "memory_mb"):
         if getattr(args, name) < 1:
             raise CourseError(f"--{name.replace('_', '-')} must be at least 1")
-    sources = sorted((course / "source" / ASSIGNMENT).glob("*.ipynb"))
-    notebooks = [p.stem for p in sources]
-    exercise = notebooks[-1]
+    sources = C.source_notebooks()
+    notebooks = C.notebooks
+    exercise = C.exercise
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     found = collect(args.submissions.resolve() if args.submissions.exists() else args.submissions,
-                    notebooks, exercise, warn=say)
+                    notebooks, exercise, ASSIGNMENT, warn=say)
     out = (args.out or course / ".grading").resolve()
     args.out_dir = out
-    cell_timeout = min(args.cell_timeout or config_timeout(course), args.timeout)
+    cell_timeout = min(args.cell_timeout or C.cell_timeout(), args.timeout)
 
     state_path = course / STATE
     state_path.parent.mkdir(exist_ok=True)
@@ -331,7 +189,7 @@ def main(argv) -> int:
     except OSError:
         raise CourseError(f"another ./course grade is running on {course}; wait for it to finish") from None
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    ensure_assignment(course, digest_files(sources + [course / "nbgrader_config.py"]), state)
+    ensure_assignment(C, digest_files(sources + [course / "nbgrader_config.py"]), state, out / "logs" / "generate_assignment.log")
     students_state = state.setdefault("students", {})
 
     # validate notebooks; invalid ones are reported and not graded
@@ -346,13 +204,13 @@ def main(argv) -> int:
                 del files[nb]
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "buffer-donation-lab") as gb:
+    with Gradebook(C.db_url, C.course_id) as gb:
         in_gradebook = {s.student.id for s in gb.find_assignment(ASSIGNMENT).submissions}
     todo = [sid for sid in sorted(found)
             if not (args.only_changed and sid in in_gradebook
                     and students_state.get(sid, {}).get("hash") == hashes[sid])]
     skipped = sorted(set(found) - set(todo))
-    repaired = stage(found, course / "submitted", students=set(todo), release_dir=course / "release" / ASSIGNMENT)
+    repaired = stage(found, course / "submitted", ASSIGNMENT, students=set(todo), release_dir=C.release)
 
     from nbgrader.api import Gradebook
 
@@ -362,7 +220,7 @@ def main(argv) -> int:
     for old in sorted(course.glob("gradebook.db.bak-*"))[:-3]:
         old.unlink()  # keep the three newest backups
 
-    with Gradebook(f"sqlite:///{db_path}", "buffer-donation-lab") as gb:
+    with Gradebook(C.db_url, C.course_id) as gb:
         max_scores = {nb.name: nb.max_score for nb in gb.find_assignment(ASSIGNMENT).notebooks}
     out.mkdir(parents=True, exist_ok=True)
     (out / "feedback").mkdir(exist_ok=True)
@@ -375,15 +233,15 @@ def main(argv) -> int:
             result["reason"] = "; ".join(invalid[sid]) + (" | " + result["reason"] if result.get("reason") else "")
         if sid in repaired:
             result["reason"] = "; ".join(repaired[sid]) + (" | " + result["reason"] if result.get("reason") else "")
-        with Gradebook(f"sqlite:///{db_path}", "buffer-donation-lab") as gb, warnings.catch_warnings():
+        with Gradebook(C.db_url, C.course_id) as gb, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            merge(gb, result)
+            merge(gb, ASSIGNMENT, result)
         row = summarize(result, notebooks, max_scores, set(found[sid]) | {Path(m.split(':')[0]).stem
                                                                              for m in invalid.get(sid, [])})
         if sid in invalid and row["status"] == "ok":
             row["status"] = "partial"
         rows[sid] = row
-        feedback_page(row, result, notebooks, course, out)
+        feedback_page(row, result, C, out)
         students_state[sid] = {"hash": hashes[sid], "row": row}
         state_path.write_text(json.dumps(state, indent=1))
 
@@ -399,7 +257,7 @@ def main(argv) -> int:
         bar = tqdm(total=len(gradable), unit="student", desc="grading", file=sys.stderr)
     start = time.monotonic()
     if gradable:
-        run_pool(gradable, course, args, cell_timeout, on_result, (bar.update if bar else lambda: None))
+        run_pool(gradable, C, args, cell_timeout, on_result, (bar.update if bar else lambda: None))
     if bar:
         bar.close()
     for sid in skipped:

@@ -6,7 +6,8 @@ import os
 import traceback
 from pathlib import Path
 
-ASSIGNMENT = "buffer-donation"
+from ..course import Course, load_config
+
 KERNEL_NAME = "donation-lab-graded"
 
 
@@ -17,7 +18,7 @@ def make_kernelspec(folder: Path, python: str) -> Path:
     spec = folder / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [python, "-m", "donation_lab.grading.kernel", "-f", "{connection_file}"],
+        "argv": [python, "-m", "donation_course.grading.kernel", "-f", "{connection_file}"],
         "display_name": "Python 3 (graded, memory-limited)", "language": "python",
     }))
     return folder
@@ -26,22 +27,22 @@ def make_kernelspec(folder: Path, python: str) -> Path:
 def make_api(course: Path, db: Path, cell_timeout: int):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
 
-    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    cfg = load_config(course)
     cfg.CourseDirectory.root = str(course)
     cfg.CourseDirectory.db_url = f"sqlite:///{db}"
     cfg.Execute.timeout = cell_timeout
     cfg.Execute.interrupt_on_timeout = True
     cfg.Execute.kernel_name = KERNEL_NAME
     # (nbgrader's Execute passes its own kernel_manager_class, so the client is set on the manager)
-    cfg.AsyncKernelManager.client_class = "donation_lab.grading.fastkernel.GradingKernelClient"
+    cfg.AsyncKernelManager.client_class = "donation_course.grading.fastkernel.GradingKernelClient"
     cfg.Execute.shutdown_kernel = "immediate"  # outputs are collected by then (see fastkernel.py)
     # Plain tracebacks: IPython's default "Context" mode reads and parses the
     # source of every frame (jax's too), ~0.15 s of kernel CPU per failing
     # check; grade cells show only the check's message anyway (feedback.py).
-    cfg.Execute.extra_arguments = ["--InteractiveShell.xmode=Plain"]
-    cfg.GenerateFeedback.exporter_class = "donation_lab.grading.feedback.CachedHTMLExporter"
+    # Added to the course config's list (no history file, hidden checks at start), never replacing it.
+    cfg.Execute.extra_arguments = [*cfg.Execute.get("extra_arguments", []), "--InteractiveShell.xmode=Plain"]
+    cfg.GenerateFeedback.exporter_class = "donation_course.grading.feedback.CachedHTMLExporter"
     coursedir = CourseDirectory(config=cfg)
     return NbGraderAPI(coursedir=coursedir, config=cfg)
 
@@ -94,6 +95,8 @@ def cell_messages(autograded: Path) -> dict:
 
 def grade_one(api, course: Path, student: str) -> dict:
     from nbgrader.api import Gradebook
+
+    ASSIGNMENT = Course(course).assignment
 
     result = {"student": student, "notebooks": {}, "ok": True, "reason": ""}
     res = api.autograde(ASSIGNMENT, student, force=True, create=True)

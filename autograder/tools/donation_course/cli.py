@@ -1,0 +1,57 @@
+"""The instructor's commands behind ./course: `regenerate` and `grade`.
+
+Every failure a user can cause (a malformed notebook, a missing folder) ends
+with one line on stderr and a non-zero exit, never a traceback.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+from .course import NOTEBOOKS, SOLUTIONS, COURSE, CourseError
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"course: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def regenerate(argv) -> int:
+    parser = argparse.ArgumentParser(
+        prog="./course regenerate",
+        description="Rebuild notebooks/ (learner copies) and solutions/ from autograder/source/.",
+    )
+    parser.add_argument("--source", type=Path, default=None, help="source notebooks (default: the course's)")
+    parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, help="where learner copies go")
+    parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help="where solution copies go")
+    args = parser.parse_args(argv)
+    from .authoring import regenerate as build
+
+    names = build(notebooks=args.notebooks.resolve(), solutions=args.solutions.resolve(),
+                  source=args.source.resolve() if args.source else COURSE.source)
+    print(f"regenerated {len(names)} notebooks into {args.notebooks} and {args.solutions}: {', '.join(names)}")
+    return 0
+
+
+def grade(argv) -> int:
+    from .grading.cli import main as grade_main
+
+    return grade_main(argv)
+
+
+COMMANDS = {"regenerate": regenerate, "grade": grade}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        return fail(f"usage: donation-course {{{','.join(COMMANDS)}}} [options]", 2)
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except CourseError as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

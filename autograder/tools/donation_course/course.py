@@ -1,0 +1,152 @@
+"""The course's facts and the plumbing every instructor tool shares.
+
+Each fact is read from one place: the course id from `nbgrader_config.py`,
+the assignment from the one folder under `source/`, the notebooks from that
+folder's contents. `COURSE` is the course in this repository
+(`autograder/`); the grading command takes any other course folder with
+`--course` and reads the same facts from it.
+"""
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import nbformat
+
+
+class CourseError(Exception):
+    """A problem the user can fix; its message is one line, shown as is."""
+
+
+def repo_root() -> Path:
+    env = os.environ.get("DONATION_LAB_ROOT")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parents[3]  # autograder/tools/donation_course/course.py
+
+
+ROOT = repo_root()
+AUTOGRADER = ROOT / "autograder"
+NOTEBOOKS = ROOT / "notebooks"
+SOLUTIONS = ROOT / "solutions"
+
+
+def load_config(folder: Path):
+    """nbgrader's configuration of a course folder, as nbgrader itself reads it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
+
+
+@dataclass(frozen=True)
+class Course:
+    """An nbgrader course folder: nbgrader_config.py and source/<assignment>/."""
+
+    root: Path
+
+    @cached_property
+    def config(self):
+        if not (self.root / "nbgrader_config.py").is_file():
+            raise CourseError(f"{self.root}: not an nbgrader course (no nbgrader_config.py)")
+        return load_config(self.root)
+
+    @property
+    def course_id(self) -> str:
+        return self.config.CourseDirectory.get("course_id", "default_course")
+
+    @cached_property
+    def assignment(self) -> str:
+        folders = sorted(p.name for p in (self.root / "source").glob("*") if p.is_dir())
+        if not (self.root / "nbgrader_config.py").is_file() or not folders:
+            raise CourseError(f"{self.root}: not an nbgrader course (needs nbgrader_config.py and "
+                              "source/<assignment>/)")
+        if len(folders) != 1:
+            raise CourseError(f"{self.root / 'source'}: expected exactly one assignment folder, found {folders}")
+        return folders[0]
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source" / self.assignment
+
+    @property
+    def release(self) -> Path:
+        return self.root / "release" / self.assignment
+
+    @property
+    def gradebook(self) -> Path:
+        return self.root / "gradebook.db"
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.gradebook}"
+
+    def source_notebooks(self) -> list:
+        paths = sorted(self.source.glob("*.ipynb"))
+        if not paths:
+            raise CourseError(f"no notebooks in {self.source}")
+        return paths
+
+    @property
+    def notebooks(self) -> list:
+        """Notebook names (no .ipynb), in order; the graded exercise is last."""
+        return [p.stem for p in self.source_notebooks()]
+
+    @property
+    def exercise(self) -> str:
+        return self.notebooks[-1]
+
+    def cell_timeout(self) -> int:
+        return int(self.config.Execute.get("timeout", 30))
+
+
+COURSE = Course(AUTOGRADER)
+
+
+def venv_env() -> dict:
+    """The environment for nbgrader subprocesses: the venv's bin/ on PATH,
+    because nbgrader runs `alembic` by name."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def nbgrader_command(*args: str) -> list:
+    return [sys.executable, "-m", "nbgrader", *args]
+
+
+def run_nbgrader(course: Path, *args: str, log: Path = None) -> subprocess.CompletedProcess:
+    """Run one nbgrader command in a course folder, or raise CourseError with
+    nbgrader's last ERROR line (its whole output goes to `log` when given)."""
+    result = subprocess.run(nbgrader_command(*args), cwd=course, env=venv_env(),
+                            capture_output=True, text=True)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"$ nbgrader {' '.join(args)}\n{result.stdout}{result.stderr}", encoding="utf-8")
+    if result.returncode != 0:
+        lines = [ln for ln in (result.stdout + result.stderr).splitlines() if "ERROR" in ln]
+        detail = lines[-1].strip() if lines else f"exit code {result.returncode}"
+        raise CourseError(f"nbgrader {args[0]} failed: {detail}" + (f" (full log: {log})" if log else ""))
+    return result
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """Read and validate one notebook, or raise CourseError in one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CourseError(f"{path.name}: cannot be read ({exc})") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CourseError(f"{path.name}: not valid notebook JSON ({exc})") from None
+    try:
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+        nbformat.validate(nb)
+    except Exception as exc:  # nbformat raises several types; all mean "invalid"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CourseError(f"{path.name}: not a valid notebook ({first})") from None
+    return nb
