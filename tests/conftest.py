@@ -144,3 +144,41 @@ def answered_copy(name: str, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(learner, dest)
     return dest
+
+
+# Code that only the instructor's tools hold: none of it may be importable,
+# or even readable as a file, in a learner's environment.
+INSTRUCTOR_ONLY = ("HiddenCheckFailed", "def check_real_donation", "def restore_helpers", "class StripHiddenTests")
+
+LEARNER_ENV_PROBE = r"""
+import importlib.util, json, pathlib, sys
+found = {"importable": [m for m in ("donation_course", "donation_lab.grading", "donation_lab.course")
+                        if importlib.util.find_spec(m.split(".")[0]) and importlib.util.find_spec(m)],
+         "files": []}
+import donation_lab  # the learner's package must be there
+# sys.path, plus the folders of packages an editable install maps in by a finder hook
+roots = list(sys.path) + list(donation_lab.__path__)
+roots += [p for m in found["importable"] for p in importlib.util.find_spec(m).submodule_search_locations or []]
+for entry in roots:
+    root = pathlib.Path(entry)
+    if not root.is_dir() or root.resolve() == pathlib.Path(sys.base_prefix).resolve():
+        continue
+    for path in root.rglob("*.py"):
+        try:
+            text = path.read_text(errors="ignore")
+        except OSError:
+            continue
+        if any(marker in text for marker in MARKERS):
+            found["files"].append(str(path))
+print(json.dumps(found))
+"""
+
+
+def grading_code_in_environment(python, env) -> dict:
+    """What of the instructor's tools a Python environment can import or read
+    on its sys.path: {"importable": [...], "files": [...]}, both empty if none."""
+    import json
+
+    code = f"MARKERS = {INSTRUCTOR_ONLY!r}\n" + LEARNER_ENV_PROBE
+    result = run([str(python), "-c", code], env=env, cwd=NOTEBOOKS, timeout=600)
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, wait_for_http
+from conftest import ROOT, free_port, grading_code_in_environment, wait_for_http
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +140,12 @@ def test_instructor_extensions_are_off_for_learners(binder):
             state.setdefault(parts[0], parts[1])
     assert state.get("nbgrader.server_extensions.formgrader") == "disabled", text
     assert state.get("nbgrader.server_extensions.validate_assignment") == "enabled", text
+
+
+def test_binder_environment_holds_no_grading_tools(binder):
+    env, venv, _, _ = binder
+    found = grading_code_in_environment(venv / "bin" / "python", env)
+    assert found == {"importable": [], "files": []}, found
 
 
 def test_nbgrader_validate_passes_the_solution(binder, tmp_path):

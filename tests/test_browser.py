@@ -25,7 +25,7 @@ import pytest
 import subprocess
 import sys
 
-from conftest import ROOT, LabServer, answered_copy, start_lab, wait_for_http
+from conftest import ROOT, LabServer, answered_copy, free_port, start_lab, wait_for_http
 from donation_course.course import COURSE, NOTEBOOKS
 
 pytestmark = pytest.mark.browser
