@@ -106,22 +106,28 @@ class LabServer:
                 self.proc.wait()
 
 
-def start_lab(env, tmp_path, extra=()):
-    """Start JupyterLab with the README's lab command on a free port."""
-    port = free_port()
-    token = "test-token-" + os.urandom(6).hex()
-    log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen(
-        [str(COURSE_CMD), "lab", "--no-browser", "--port", str(port), "--token", token, *extra],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    server = LabServer(proc, port, token, tmp_path / "lab.log")
+def start_server(cmd, *, port, token, env, cwd, log: Path, timeout=90.0) -> LabServer:
+    """Start a Jupyter server command that listens on `port` with `token`;
+    return once it answers (the one way every test starts a server)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    server = LabServer(proc, port, token, log)
     try:
-        wait_for_http(f"{server.base}/api/status?token={token}", proc=proc)
+        wait_for_http(f"{server.base}/api/status?token={token}", timeout=timeout, proc=proc)
     except Exception:
         server.stop()
-        raise AssertionError((tmp_path / "lab.log").read_text())
+        raise AssertionError(log.read_text())
     return server
+
+
+def start_lab(env, tmp_path, extra=()):
+    """Start JupyterLab with the README's lab command on a free port."""
+    # The learner's environment is built (first run: minutes) before the clock starts.
+    _load_course_script().ensure_venv("learner")
+    port, token = free_port(), "test-token-" + os.urandom(6).hex()
+    return start_server([COURSE_CMD, "lab", "--no-browser", "--port", port, "--token", token, *extra],
+                        port=port, token=token, env=env, cwd=ROOT, log=tmp_path / "lab.log")
 
 
 @pytest.fixture

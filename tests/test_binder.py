@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port, grading_code_in_environment, wait_for_http
+from conftest import ROOT, free_port, grading_code_in_environment, start_server, wait_for_http
 
 pytestmark = pytest.mark.slow
 
@@ -161,17 +161,16 @@ def test_validate_endpoint_in_the_binder_server(binder, tmp_path):
     lab started through binder/start, POST /assignments/validate."""
     env, venv, _, _ = binder
     port, token = free_port(), "binder-" + os.urandom(6).hex()
-    log = open(tmp_path / "lab.log", "w")
     cmd = ["bash", str(BINDER / "start"), str(venv / "bin" / "jupyter"), "lab", "--no-browser",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
            f"--LabApp.workspaces_dir={tmp_path}"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(env, REPO_DIR=str(ROOT)), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    server = start_server(cmd, port=port, token=token, env=dict(env, REPO_DIR=str(ROOT)), cwd=ROOT,
+                          log=tmp_path / "lab.log", timeout=180)
+    proc = server.proc
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{base}/api/status?token={token}", timeout=180, proc=proc)
         _, body = wait_for_http(f"{base}/api/contents?token={token}", proc=proc)
         names = {item["name"] for item in json.loads(body)["content"]}
         assert "07_update_with_donate.ipynb" in names and "solutions" not in names, names
@@ -193,18 +192,7 @@ def test_validate_endpoint_in_the_binder_server(binder, tmp_path):
             status = exc.code
         assert status == 404, f"/formgrader answered {status}"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        log.close()
+        server.stop()
 
 
 def test_kernel_and_package_come_from_the_binder_environment(binder):

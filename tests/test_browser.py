@@ -25,7 +25,7 @@ import pytest
 import subprocess
 import sys
 
-from conftest import ROOT, LabServer, answered_copy, free_port, start_lab, wait_for_http
+from conftest import ROOT, answered_copy, free_port, start_lab, start_server
 from donation_course.course import COURSE, NOTEBOOKS
 
 pytestmark = pytest.mark.browser
@@ -480,19 +480,14 @@ def test_validate_button_as_on_binder(env, browser, tmp_path):
     answered_copy(EXERCISE, root / EXERCISE)
     shutil.copy2(NOTEBOOKS / EXERCISE, root / ("unanswered_" + EXERCISE))
     port, token = free_port(), "test-token-" + os.urandom(6).hex()
-    log = tmp_path / "lab.log"
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.root_dir={root}",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--LabApp.workspaces_dir={tmp_path}"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    server = LabServer(proc, port, token, log)
+    server = start_server(cmd, port=port, token=token, env=env, cwd=root, log=tmp_path / "lab.log")
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
-        wait_for_http(f"{server.base}/api/status?token={token}", proc=proc)
         page = context.new_page()
         page.set_default_timeout(60_000)
         open_notebook(page, server, EXERCISE)

@@ -62,3 +62,44 @@ def test_unknown_command_gets_usage(env):
     assert result.returncode == 2
     assert "unknown command 'frobnicate'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _status(url):
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def _disabled_extensions(server):
+    import re
+
+    _, page = _status(f"{server.base}/lab?token={server.token}")
+    config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                  page, re.S).group(1))
+    return config.get("disabledExtensions", [])
+
+
+def test_lab_command_opens_the_learners_view(lab_server):
+    # Learners keep Validate and the assignment list; the instructor's tools are off.
+    assert _status(f"{lab_server.base}/formgrader?token={lab_server.token}")[0] == 404
+    disabled = _disabled_extensions(lab_server)
+    assert "@jupyter/nbgrader:formgrader" in disabled and "@jupyter/nbgrader:create-assignment" in disabled
+    assert "@jupyter/nbgrader:validate-assignment" not in disabled
+
+
+def test_lab_instructor_option_opens_the_instructors_view(env, tmp_path):
+    from conftest import start_lab
+
+    server = start_lab(env, tmp_path, extra=["--instructor"])
+    try:
+        assert _status(f"{server.base}/formgrader?token={server.token}")[0] == 200
+        assert "@jupyter/nbgrader:formgrader" not in _disabled_extensions(server)
+        log = server.log.read_text()
+        assert "instructor's view" in log and f"/formgrader?token={server.token}" in log
+    finally:
+        server.stop()
