@@ -1,6 +1,6 @@
 """How long each lesson takes to run headless, beside the floor.
 
-    .venv/bin/python benchmarks/bench_lessons.py [--copies solutions|notebooks] [--mib 64]
+    .venv/instructor/bin/python benchmarks/bench_lessons.py [--copies solutions|notebooks] [--mib 64]
 
 Runs every lesson top to bottom in a fresh kernel (the same
 `donation_course.execute.run_notebook` the tests use), and, in the same run, a
@@ -72,7 +72,7 @@ def main(argv=None):
         per_step = ", ".join(f"{b / MiB:.2f}" for b in m.extra_per_step)
         print(f"| {'with' if donate else 'without'} donation | {m.extra_peak_bytes / MiB:.2f} | "
               f"{m.extra_fraction:.1%} | {per_step} |")
-    print(f"\nReproduce: .venv/bin/python benchmarks/bench_lessons.py --copies {args.copies} "
+    print(f"\nReproduce: .venv/instructor/bin/python benchmarks/bench_lessons.py --copies {args.copies} "
           f"--mib {args.mib:g} --steps {args.steps}")
 
 
