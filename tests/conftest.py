@@ -58,11 +58,14 @@ make_course = scratch_course  # a scratch copy of the nbgrader course (config + 
 
 
 @pytest.fixture(scope="session")
-def released_course(tmp_path_factory, env):
-    """A scratch course on which `nbgrader generate_assignment` has run once."""
-    course = make_course(tmp_path_factory.mktemp("course"))
-    nbgrader(course, "generate_assignment", ASSIGNMENT, "--force", env=env)
-    return course
+def released_course(tmp_path_factory):
+    """A scratch course on which nbgrader's generate_assignment and
+    generate_solution have run once (what `./course regenerate` runs): the
+    drift test compares its release/ and solution/ with the committed copies,
+    the pipeline tests validate and autograde in it."""
+    from donation_course.authoring import generate
+
+    return generate(tmp_path_factory.mktemp("course"))
 
 
 def wait_for_http(url, timeout=90.0, proc=None):

@@ -3,13 +3,13 @@ import shutil
 
 import nbformat
 
-from donation_course.authoring import drift, regenerate
+from donation_course.authoring import drift
 from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
 
 
-def test_committed_copies_match_the_source(tmp_path):
-    fresh_nb, fresh_sol = tmp_path / "notebooks", tmp_path / "solutions"
-    regenerate(notebooks=fresh_nb, solutions=fresh_sol)
+def test_committed_copies_match_the_source(released_course):
+    fresh_nb = released_course / "release" / COURSE.assignment
+    fresh_sol = released_course / "solution" / COURSE.assignment
     assert drift(NOTEBOOKS, fresh_nb) == [], "notebooks/ drifted from the source: run ./course regenerate"
     assert drift(SOLUTIONS, fresh_sol) == [], "solutions/ drifted from the source: run ./course regenerate"
 

@@ -45,17 +45,24 @@ def scratch_course(dest: Path, source: Path = None) -> Path:
     return dest
 
 
+def generate(course_dir: Path, source: Path = None) -> Path:
+    """A scratch course in `course_dir` on which nbgrader's generate_assignment
+    and generate_solution have run: release/<assignment>/ holds the learner
+    copies, solution/<assignment>/ the solutions (and it has a gradebook)."""
+    course = scratch_course(course_dir, source)
+    run_nbgrader(course, "generate_assignment", COURSE.assignment, "--force")
+    run_nbgrader(course, "generate_solution", COURSE.assignment, "--force")
+    return course
+
+
 def regenerate(notebooks: Path = NOTEBOOKS, solutions: Path = SOLUTIONS, source: Path = None) -> list:
     """Regenerate learner notebooks and solutions; return the notebook names."""
     source = source or COURSE.source
     paths = check_sources(source)
-    assignment = COURSE.assignment
     with tempfile.TemporaryDirectory(prefix="donation-lab-regen-") as tmp:
-        course = scratch_course(Path(tmp), source)
-        run_nbgrader(course, "generate_assignment", assignment, "--force")
-        run_nbgrader(course, "generate_solution", assignment, "--force")
-        _replace_dir_contents(course / "release" / assignment, notebooks)
-        _replace_dir_contents(course / "solution" / assignment, solutions)
+        course = generate(Path(tmp), source)
+        _replace_dir_contents(course / "release" / COURSE.assignment, notebooks)
+        _replace_dir_contents(course / "solution" / COURSE.assignment, solutions)
     return [p.name for p in paths]
 
 
