@@ -128,12 +128,28 @@ def stage(files: dict, submitted: Path, assignment: str, timestamp=None, release
             nbformat.write(book, target)
         else:
             shutil.copyfile(f.path, target)
-    if timestamp is not None and files:
-        dest = submitted / next(iter(files.values())).student / assignment
-        ts = dest / "timestamp.txt"
-        text = timestamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-        if not (ts.exists() and ts.read_text().strip() == text):
-            tmp = ts.with_name(".timestamp.txt.tmp")
-            tmp.write_text(text)
-            tmp.replace(ts)
+    if files:
+        write_timestamp(files, submitted / next(iter(files.values())).student / assignment, timestamp)
     return notes
+
+
+def write_timestamp(files: dict, dest: Path, timestamp) -> None:
+    """nbgrader's timestamp.txt for dest: an nbgrader submission's own file is
+    kept byte for byte (copied if it came from another submitted/ tree);
+    an LMS time (naive UTC) is written in nbgrader's format."""
+    ts = dest / "timestamp.txt"
+    sources = [f.path.parent / "timestamp.txt" for f in files.values()]
+    if any(f.path.parent.resolve() == dest.resolve() for f in files.values()):
+        return  # graded in place: nbgrader's own file stays as it is
+    own = [p for p in sources if p.is_file()]
+    if own:
+        text = own[0].read_text()
+    elif timestamp is not None:
+        text = timestamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    else:
+        return
+    if ts.is_file() and ts.read_text() == text:
+        return
+    tmp = ts.with_name(".timestamp.txt.tmp")
+    tmp.write_text(text)
+    tmp.replace(ts)
