@@ -13,7 +13,8 @@ relative to the export (a zip's inner folders are allowed in front).
 - moodle:     `<Full Name>_<participant id>_assignsubmission_file_<original>.ipynb`,
               or a folder `<Full Name>_<participant id>_assignsubmission_file_/` per student
 - nbgrader:   `<student>/<assignment>/<notebook>.ipynb` (+ `timestamp.txt`)
-- flat:       `<student>_<notebook>.ipynb`, or `<student>[_anything].ipynb` for the exercise
+- flat:       `<student>_<notebook>.ipynb` (the student id may hold `_`), or
+              `<student>[_anything].ipynb` for the exercise (id: the text before the first `_`)
 
 The student id is the LMS's unique id (Canvas user id, Moodle participant id,
 Blackboard username, nbgrader's id exactly as given); the display name is kept
@@ -124,6 +125,11 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         lms = lms or detect(rels, assignment)
         pattern = PRESETS[lms].replace("{assignment}", re.escape(assignment))
     collector = Collector(named_regexp=pattern, valid_ext=[".ipynb"])
+    named = None
+    if lms == "flat":  # `<student>_<notebook>.ipynb` first, so that ids may hold `_`
+        alternatives = "|".join(re.escape(nb) for nb in sorted(notebooks, key=len, reverse=True))
+        named = Collector(named_regexp=PREFIX + rf"(?P<student_id>[^/]+?)_(?P<file_id>{alternatives})\.ipynb$",
+                          valid_ext=[".ipynb"])
     out, candidates = Collected(), {}
     for path, rel in zip(files, rels):
         if SKIP.search(rel):
@@ -135,7 +141,7 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
             if not (lms == "blackboard" and rel.endswith(".txt")) and Path(rel).name != "timestamp.txt":
                 out.notes.append(f"{rel}: not a notebook; not graded")
             continue
-        gd = collector.match(rel)
+        gd = (named and named.match(rel)) or collector.match(rel)
         if not gd or not gd.get("student_id"):
             out.problems.append(f"{rel}: does not match the {lms} file naming; not graded")
             continue
