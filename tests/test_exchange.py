@@ -47,6 +47,11 @@ def test_release_fetch_submit_collect_grade_feedback(tmp_path, env):
         home.mkdir(parents=True, exist_ok=True)
         return home, dict(env, HOME=str(home), USER=sid, LOGNAME=sid)
 
+    def as_student(sid):
+        # nbgrader names a submission after the OS user (JUPYTERHUB_USER for jovyan);
+        # all students here share one OS user, so each says who they are, as nbgrader allows
+        return [*flags, f"--CourseDirectory.student_id={sid}"]
+
     def answer(folder, source):
         """Submit the exercise only (lessons left out, as a learner may), with `source` as the answer."""
         for path in folder.glob("*.ipynb"):
@@ -63,13 +68,13 @@ def test_release_fetch_submit_collect_grade_feedback(tmp_path, env):
     answers = {"ann": None, "jane_doe": corpus.CASES["nodonate"][0], "j.smith": corpus.CASES["wrongvalue"][0]}
     for sid in STUDENTS:
         home, senv = student_env(sid)
-        nb(home, "fetch_assignment", ASSIGNMENT, *flags, env=senv)
+        nb(home, "fetch_assignment", ASSIGNMENT, *as_student(sid), env=senv)
         answer(home / ASSIGNMENT, answers[sid])
-        nb(home, "submit", ASSIGNMENT, *flags, env=senv)
+        nb(home, "submit", ASSIGNMENT, *as_student(sid), env=senv)
     # j.smith fixes the answer and submits again: the later submission must be graded
     home, senv = student_env("j.smith")
     answer(home / ASSIGNMENT, None)
-    nb(home, "submit", ASSIGNMENT, *flags, env=senv)
+    nb(home, "submit", ASSIGNMENT, *as_student("j.smith"), env=senv)
 
     nb(course, "collect", ASSIGNMENT, "--update", *flags, env=env)
     for sid in STUDENTS:
@@ -96,7 +101,7 @@ def test_release_fetch_submit_collect_grade_feedback(tmp_path, env):
     nb(course, "release_feedback", ASSIGNMENT, *flags, env=env)
     for sid in STUDENTS:
         home, senv = student_env(sid)
-        nb(home, "fetch_feedback", ASSIGNMENT, *flags, env=senv)
+        nb(home, "fetch_feedback", ASSIGNMENT, *as_student(sid), env=senv)
         pages = list((home / ASSIGNMENT / "feedback").rglob(f"{EX}.html"))
         assert pages, f"{sid} got no feedback"
         newest = sorted(pages)[-1].read_text(encoding="utf-8")

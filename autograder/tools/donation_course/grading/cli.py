@@ -179,7 +179,11 @@ def summarize(result, notebooks, max_scores, submitted):
                                       "partial" if result.get("ok") else "error")
     if result.get("reason"):
         reasons.insert(0, result["reason"])
-    row.update(total=round(total, 3), max=round(maximum, 3), status=status, reason=" | ".join(reasons))
+    penalty = sum(nb.get("late_penalty") or 0.0 for nb in result.get("notebooks", {}).values())
+    if penalty:
+        reasons.insert(0, f"late submission penalty {penalty:g} (nbgrader)")
+    row.update(late_penalty=round(penalty, 3), total=round(total - penalty, 3), max=round(maximum, 3),
+               status=status, reason=" | ".join(reasons))
     return row
 
 
@@ -191,6 +195,8 @@ def feedback_page(row, result, course: Course, out):
              "padding:.3em .6em;vertical-align:top}table{border-collapse:collapse}.pass{color:#070}.fail{color:#a00}</style>",
              f"<h1>Buffer Donation Lab: feedback for {html.escape(sid)}</h1>",
              f"<p><b>Score: {row['total']:g} / {row['max']:g}</b> (status: {html.escape(row['status'])})</p>"]
+    if row.get("late_penalty"):
+        parts.append(f"<p class='fail'>Submitted after the due date: {row['late_penalty']:g} points deducted.</p>")
     if result.get("reason"):
         parts.append(f"<p class='fail'>{html.escape(result['reason'])}</p>")
     for nb in notebooks:

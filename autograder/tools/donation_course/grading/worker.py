@@ -180,5 +180,6 @@ def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_
         try:
             conn.send(("done", grade_one(api, course_p, student)))
         except Exception:
-            conn.send(("done", {"student": student, "notebooks": {}, "ok": False,
-                                "reason": "internal grading error: " + traceback.format_exc().splitlines()[-1]}))
+            conn.send(("done", {"student": student, "notebooks": {}, "ok": False, "log": traceback.format_exc(),
+                                "reason": "the grader itself failed on this submission; your instructor has "
+                                          "the full log (nothing you submitted was lost)"}))
