@@ -109,6 +109,24 @@ def test_blackboard_attempts_latest_wins_and_receipts_are_skipped(tmp_path):
     assert found.students["jdoe"][EX].timestamp == dt.datetime(2024, 3, 2, 9, 30)
 
 
+def test_blackboard_receipts_settle_usernames_with_underscores(tmp_path):
+    ts = "2024-03-01-10-00-00"
+    touch(tmp_path, f"HW 7_due_mar_jane_doe_attempt_{ts}_{EX}.ipynb", f"HW 7_due_mar_kim_attempt_{ts}_{EX}.ipynb")
+    (tmp_path / f"HW 7_due_mar_jane_doe_attempt_{ts}.txt").write_text(
+        "Name: Jane Doe (jane_doe)\nAssignment: HW 7_due_mar\n\nFiles:\n\tOriginal filename: "
+        f"{EX}.ipynb\n")
+    found, preset, files = collect(tmp_path)
+    assert preset == "blackboard" and set(files) == {"jane_doe", "kim"}  # kim: no receipt, no `_` needed
+    assert found.names == {"jane_doe": "Jane Doe"}
+
+
+def test_copy_suffixes_are_the_notebook(tmp_path):
+    touch(tmp_path, f"leeann_1003_5021_{EX}-Copy1.ipynb", "roe_1007_5050_03_pitfalls (1).ipynb")
+    found, preset, files = collect(tmp_path)
+    assert files == {"1003": {EX: f"leeann_1003_5021_{EX}-Copy1.ipynb"},
+                     "1007": {"03_pitfalls": "roe_1007_5050_03_pitfalls (1).ipynb"}}
+
+
 @pytest.mark.parametrize("folders", [False, True])
 def test_moodle_flat_and_per_student_folders(tmp_path, folders):
     people = [("Wei Chen", 4102), ("Wei Chen", 4177), ("José Müller", 4200)]

@@ -88,9 +88,9 @@ def parse_timestamp(text: str):
 def notebook_of(file_id: str, notebooks: list):
     """The assignment notebook a submitted file name is, or None: the name
     itself (`03_pitfalls.ipynb`), or a name ending in it after `_`, `-` or a
-    space (`jdoe_03_pitfalls.ipynb`), with a browser's ` (1)` copy suffix
-    allowed."""
-    stem = re.sub(r" \(\d+\)$", "", Path(file_id).stem) if file_id.endswith(".ipynb") else None
+    space (`jdoe_03_pitfalls.ipynb`), with a browser's ` (1)` or Jupyter's
+    `-Copy1` copy suffix allowed."""
+    stem = re.sub(r"(?: \(\d+\)|-Copy\d+)$", "", Path(file_id).stem) if file_id.endswith(".ipynb") else None
     if stem is None:
         return None
     for nb in sorted(notebooks, key=len, reverse=True):
@@ -108,6 +108,27 @@ def detect(rels: list, assignment: str):
         if n > hits:
             best, hits = lms, n
     return best or "flat"
+
+
+RECEIPT = re.compile(r"(?:.*/)?(?P<key>[^/]*_attempt_\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)\.txt$")
+RECEIPT_NAME = re.compile(r"^Name:\s*(?P<name>.*?)\s*\((?P<username>[^()]+)\)\s*$", re.M)
+
+
+def blackboard_receipts(files: list, rels: list) -> dict:
+    """{'<Assignment>_<username>_attempt_<time>': (username, name)} from Blackboard's
+    receipts ("Name: Jane Doe (jane_doe)"): they settle usernames holding `_`."""
+    out = {}
+    for path, rel in zip(files, rels):
+        m = RECEIPT.match(rel)
+        if not m:
+            continue
+        try:
+            found = RECEIPT_NAME.search(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if found and m["key"].rsplit("_attempt_", 1)[0].endswith("_" + found["username"]):
+            out[m["key"]] = (found["username"], found["name"])
+    return out
 
 
 def valid_student_id(sid: str) -> bool:
@@ -131,6 +152,7 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         named = Collector(named_regexp=PREFIX + rf"(?P<student_id>[^/]+?)_(?P<file_id>{alternatives})\.ipynb$",
                           valid_ext=[".ipynb"])
     out, candidates = Collected(), {}
+    receipts = blackboard_receipts(files, rels) if lms == "blackboard" else {}
     for path, rel in zip(files, rels):
         if SKIP.search(rel):
             continue
@@ -145,6 +167,10 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         if not gd or not gd.get("student_id"):
             out.problems.append(f"{rel}: does not match the {lms} file naming; not graded")
             continue
+        if receipts:
+            key = f"{gd['assignment']}_{gd['student_id']}_attempt_{gd['timestamp']}"
+            if key in receipts:
+                gd["student_id"], gd["name"] = receipts[key]
         sid = gd["student_id"]
         if not valid_student_id(sid):
             out.problems.append(f"{rel}: student id {sid!r} cannot be a folder name; not graded")
