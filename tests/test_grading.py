@@ -182,8 +182,9 @@ def test_zip_input_and_naming_rules(tmp_path, env):
     course = make_course(tmp_path / "course")
     grade(env, archive, "--course", course, *LIMITS)
     rows = read_csv(course / ".grading" / "grades.csv")
-    assert set(rows) == {"alice", "bob"}
-    assert float(rows["alice"][EX]) == 10 and float(rows["bob"][EX]) == 4
+    assert set(rows) == {"Alice", "bob"}  # ids exactly as named (no lower-casing)
+    assert float(rows["Alice"][EX]) == 10 and float(rows["bob"][EX]) == 4
+    assert rows["Alice"]["files"] == "export/Alice.ipynb"
 
 
 def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env):
@@ -237,9 +238,10 @@ def test_naming_rules_for_flat_exports(tmp_path):
     nbs = ["01_why_donate", EX]
     for name in ("Alice.ipynb", f"bob_{EX}.ipynb", "carol_01_why_donate.ipynb", "dave_12345_late.ipynb"):
         (tmp_path / name).write_text("{}")
-    found = collect(tmp_path, nbs, EX, warn=lambda m: None)
-    assert {s: sorted(f) for s, f in found.items()} == {
-        "alice": [EX], "bob": [EX], "carol": ["01_why_donate"], "dave": [EX]}
+    found, preset = collect(tmp_path, nbs, ASSIGNMENT, tmp_path / "work")
+    assert preset == "flat" and not found.problems
+    assert {s: sorted(f) for s, f in found.students.items()} == {
+        "Alice": [EX], "bob": [EX], "carol": ["01_why_donate"], "dave": [EX]}
 
 
 def test_strip_hidden_keeps_public_source_and_learner_message():

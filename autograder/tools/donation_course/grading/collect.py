@@ -1,80 +1,66 @@
 """Turn a class's submissions into nbgrader's `submitted/<student>/<assignment>/` layout.
 
-Accepted inputs (SUBMISSIONS):
-  1. an nbgrader folder: `SUBMISSIONS/<student>/<assignment>/*.ipynb`
-     (SUBMISSIONS may be a course's `submitted/` folder);
-  2. a flat folder of `.ipynb` files, as an LMS exports them;
-  3. a `.zip` of such files (folders inside the zip are ignored; only the
-     file names count).
-
-Naming rules for flat and zip inputs (file name without `.ipynb`):
-  - `<student>_<notebook>` where <notebook> is the name of an assignment
-    notebook (e.g. `alice_07_update_with_donate`): that notebook of <student>;
-  - anything else, `<student>` or `<student>_<whatever>`: the graded exercise
-    (07_update_with_donate) of <student>.
-  <student> is the text before the first `_` (LMS exports put the login
-  first), lower-cased, with characters other than letters, digits, `.` and
-  `-` dropped. Two files for the same student and notebook: the one whose
-  name sorts last wins, and a warning is printed.
+SUBMISSIONS is a folder or a `.zip` of an LMS export (Canvas, Blackboard,
+Moodle, a flat folder) or an nbgrader `submitted/` tree; which file is whose
+is decided by the presets in lms.py, on nbgrader's `FileNameCollectorPlugin`.
+A zip is extracted into a folder the caller owns (a TemporaryDirectory of the
+run), entry by entry: an entry with `..` or an absolute path is refused and
+reported, never written.
 """
-import re
 import shutil
-import tempfile
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..course import CourseError
+from .lms import collect_files
 
 
-def student_id(raw: str) -> str:
-    sid = re.sub(r"[^a-z0-9.-]", "", raw.lower()).strip(".")
-    return sid
+def extract(archive: Path, dest: Path) -> list:
+    """Extract the zip's regular files into dest; return problems (one line each)."""
+    problems = []
+    try:
+        zf = zipfile.ZipFile(archive)
+    except zipfile.BadZipFile as exc:
+        raise CourseError(f"{archive}: not a readable .zip ({exc})") from None
+    with zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            name = info.filename.replace("\\", "/")
+            parts = PurePosixPath(name).parts
+            if name.startswith("/") or (parts and ":" in parts[0]) or ".." in parts:
+                problems.append(f"{archive.name}: entry {info.filename!r} points outside the export "
+                                "(absolute path or '..'); not extracted")
+                continue
+            if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                problems.append(f"{archive.name}: entry {info.filename!r} is a symbolic link; not extracted")
+                continue
+            target = dest.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out)
+    return problems
 
 
-def parse_name(stem: str, notebooks: list, exercise: str):
-    for nb in sorted(notebooks, key=len, reverse=True):
-        for sep in ("_", "-"):
-            if stem.endswith(sep + nb) and len(stem) > len(nb) + 1:
-                return student_id(stem[: -len(nb) - 1].split("_")[0]), nb
-    return student_id(stem.split("_")[0]), exercise
-
-
-def collect(src: Path, notebooks: list, exercise: str, assignment: str, warn=print) -> dict:
-    """{student: {notebook_name: path}} for SUBMISSIONS, or CourseError."""
+def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str = None, regex: str = None):
+    """(Collected, preset) for SUBMISSIONS, or CourseError; a zip goes to workdir."""
     if not src.exists():
         raise CourseError(f"{src}: no such file or folder")
-    tmp = None
+    problems = []
     if src.is_file():
         if not zipfile.is_zipfile(src):
             raise CourseError(f"{src}: not a folder and not a .zip file")
-        tmp = Path(tempfile.mkdtemp(prefix="donation-lab-zip-"))
-        with zipfile.ZipFile(src) as zf:
-            for info in zf.infolist():
-                name = Path(info.filename).name
-                if info.is_dir() or not name.endswith(".ipynb") or "__MACOSX" in info.filename or name.startswith("."):
-                    continue
-                (tmp / name).write_bytes(zf.read(info))
-        src = tmp
-    found = {}
-    nested = sorted(src.glob(f"*/{assignment}/*.ipynb"))
-    if nested:
-        for path in nested:
-            sid = student_id(path.parent.parent.name)
-            if sid:
-                found.setdefault(sid, {})[path.stem] = path
+        root = workdir / "export"
+        root.mkdir(parents=True)
+        problems = extract(src, root)
     else:
-        for path in sorted(src.glob("*.ipynb")):
-            sid, nb = parse_name(path.stem, notebooks, exercise)
-            if not sid:
-                warn(f"warning: {path.name}: no student name in the file name; skipped")
-                continue
-            if nb in found.get(sid, {}):
-                warn(f"warning: {path.name} and {found[sid][nb].name} are both {sid}'s {nb}; using {path.name}")
-            found.setdefault(sid, {})[nb] = path
-    if not found:
-        raise CourseError(f"{src}: no .ipynb submissions found (expected <student>/{assignment}/*.ipynb, "
-                          "or a flat folder or .zip of <student>_<notebook>.ipynb files)")
-    return found
+        root = src
+    found, preset = collect_files(root, notebooks, assignment, lms=lms, regex=regex)
+    found.problems[:0] = problems
+    if not found.students and not found.problems:
+        raise CourseError(f"{src}: no .ipynb submissions found (expected an LMS export, <student>/{assignment}/"
+                          "*.ipynb, or a flat folder or .zip of <student>_<notebook>.ipynb files)")
+    return found, preset
 
 
 def _gid(cell):
@@ -115,32 +101,55 @@ def repair(nb, release) -> list:
     return notes
 
 
-def stage(found: dict, submitted: Path, assignment: str, students=None, release_dir=None) -> dict:
-    """Copy each student's files into submitted/<student>/<assignment>/
-    (replacing what was there), repaired (see repair); return notes per student."""
+def stage(files: dict, submitted: Path, assignment: str, timestamp=None, release_dir=None) -> list:
+    """Copy one student's chosen files ({notebook: lms.File}) into
+    submitted/<student>/<assignment>/, repaired (see repair). Only those
+    notebooks are replaced: whatever else is there (nbgrader's own
+    collected notebooks, timestamp.txt) stays. `timestamp` (naive UTC) is
+    written as nbgrader's timestamp.txt. Returns notes for the report."""
     import nbformat
 
-    notes = {}
-    for sid, files in found.items():
-        if students is not None and sid not in students:
-            continue
-        dest = submitted / sid / assignment
-        if all(p.resolve().parent == dest.resolve() for p in files.values()):
+    notes = []
+    for nb, f in files.items():
+        dest = submitted / f.student / assignment
+        target = dest / f"{nb}.ipynb"
+        if target.exists() and target.resolve() == f.path.resolve():
             continue  # already in place (SUBMISSIONS is the course's own submitted/)
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        for nb, path in files.items():
-            try:
-                book = nbformat.read(path, as_version=4)
-                rel = release_dir / f"{nb}.ipynb" if release_dir else None
-                fixed = repair(book, nbformat.read(rel, as_version=4) if rel and rel.exists() else None)
-            except Exception:
-                shutil.copyfile(path, dest / f"{nb}.ipynb")
-                continue
-            if fixed:
-                notes.setdefault(sid, []).append(f"{nb}: " + ", ".join(fixed))
-                nbformat.write(book, dest / f"{nb}.ipynb")
-            else:
-                shutil.copyfile(path, dest / f"{nb}.ipynb")
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            book = nbformat.read(f.path, as_version=4)
+            rel = release_dir / f"{nb}.ipynb" if release_dir else None
+            fixed = repair(book, nbformat.read(rel, as_version=4) if rel and rel.exists() else None)
+        except Exception:
+            shutil.copyfile(f.path, target)
+            continue
+        if fixed:
+            notes.append(f"{nb}: " + ", ".join(fixed))
+            nbformat.write(book, target)
+        else:
+            shutil.copyfile(f.path, target)
+    if files:
+        write_timestamp(files, submitted / next(iter(files.values())).student / assignment, timestamp)
     return notes
+
+
+def write_timestamp(files: dict, dest: Path, timestamp) -> None:
+    """nbgrader's timestamp.txt for dest: an nbgrader submission's own file is
+    kept byte for byte (copied if it came from another submitted/ tree);
+    an LMS time (naive UTC) is written in nbgrader's format."""
+    ts = dest / "timestamp.txt"
+    sources = [f.path.parent / "timestamp.txt" for f in files.values()]
+    if any(f.path.parent.resolve() == dest.resolve() for f in files.values()):
+        return  # graded in place: nbgrader's own file stays as it is
+    own = [p for p in sources if p.is_file()]
+    if own:
+        text = own[0].read_text()
+    elif timestamp is not None:
+        text = timestamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    else:
+        return
+    if ts.is_file() and ts.read_text() == text:
+        return
+    tmp = ts.with_name(".timestamp.txt.tmp")
+    tmp.write_text(text)
+    tmp.replace(ts)

@@ -59,10 +59,8 @@ def diagnose(log: str, error: str) -> str:
         return "the notebook file is not valid notebook JSON"
     if "duplicate" in text.lower() and "grade" in text.lower():
         return "the notebook has duplicated graded cells that nbgrader could not resolve"
-    for line in reversed(text.splitlines()):
-        if "ERROR" in line or "Error" in line:
-            return "nbgrader could not grade it: " + line.strip()[:200]
-    return "nbgrader could not grade it"
+    return ("nbgrader could not grade this submission; your instructor has the full log "
+            "(nothing you submitted was lost)")
 
 
 def cell_messages(autograded: Path) -> dict:
@@ -108,10 +106,12 @@ def grade_one(api, course: Path, student: str) -> dict:
     if not res.get("success"):
         result["ok"] = False
         result["reason"] = diagnose(res.get("log", ""), res.get("error", ""))
+        result["log"] = f"{res.get('log', '')}\n{res.get('error', '')}"
     else:
         fb = api.generate_feedback(ASSIGNMENT, student, force=True)
         if not fb.get("success"):
             result["reason"] = "feedback could not be generated: " + diagnose(fb.get("log", ""), fb.get("error", ""))
+            result["log"] = f"{fb.get('log', '')}\n{fb.get('error', '')}"
     with Gradebook(api.coursedir.db_url, api.course_id) as gb:
         try:
             sub = gb.find_submission(ASSIGNMENT, student)
@@ -131,7 +131,8 @@ def grade_one(api, course: Path, student: str) -> dict:
             solution_errors = {k: v["message"] for k, v in msgs.items() if v["error"] and
                                k not in {g["name"] for g in grades}}
             result["notebooks"][nb.name] = {"grades": grades, "comments": comments,
-                                            "graded": auto.exists(), "solution_errors": solution_errors}
+                                            "graded": auto.exists(), "solution_errors": solution_errors,
+                                            "late_penalty": nb.late_submission_penalty}
     return result
 
 
@@ -179,5 +180,6 @@ def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_
         try:
             conn.send(("done", grade_one(api, course_p, student)))
         except Exception:
-            conn.send(("done", {"student": student, "notebooks": {}, "ok": False,
-                                "reason": "internal grading error: " + traceback.format_exc().splitlines()[-1]}))
+            conn.send(("done", {"student": student, "notebooks": {}, "ok": False, "log": traceback.format_exc(),
+                                "reason": "the grader itself failed on this submission; your instructor has "
+                                          "the full log (nothing you submitted was lost)"}))
