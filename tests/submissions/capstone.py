@@ -15,8 +15,8 @@ import build as exercise_corpus  # noqa: E402
 
 LEARNER = exercise_corpus.LEARNER
 EXERCISE = exercise_corpus.EXERCISE
-EXERCISE_POINTS = exercise_corpus.MAX
-CAPSTONE_MAX = 12
+EXERCISE_POINTS = exercise_corpus.EXERCISE_MAX
+CAPSTONE_MAX = exercise_corpus.CAPSTONE_POINTS
 
 INIT = """def init_opt_state(params):
     return {"m": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)}
