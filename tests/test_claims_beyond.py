@@ -265,3 +265,18 @@ def test_an_array_on_another_device_is_copied_not_donated_silently():
             print(device.id, x.is_deleted(), len(caught), out.devices() == {d0})
     """)
     assert result.stdout.splitlines() == ["1 False 0 True", "0 True 0 True"], result.stderr
+
+
+# ---- explain_donation reads which leaves were kept from public API only ----
+
+def test_compiled_input_shardings_mark_dropped_arguments_with_none():
+    from donation_lab.explain import explain_donation, kept_leaves
+
+    x = jnp.ones(4)
+    dropped = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)).lower(x, jnp.ones(3), x).compile()
+    kept = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1), keep_unused=True).lower(x, jnp.ones(3), x).compile()
+    assert kept_leaves(dropped, 3) == [0, 2]
+    assert kept_leaves(kept, 3) == [0, 1, 2]
+    report = explain_donation(jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)), x, jnp.ones(3), x)
+    assert [(leaf.requested, leaf.reused, leaf.pruned) for leaf in report.leaves] == [
+        (True, True, False), (True, False, True), (False, False, False)]
