@@ -47,6 +47,17 @@ CASES = {
     "cap-right":        (RIGHT, 12, []),
     "cap-argnums":      (INIT + STEP.replace('donate_argnames=("params", "opt_state")', "donate_argnums=(0, 1)") + HUNT,
                          12, []),
+    # right: lesson 5's recipe, a separate non-donating jit for the hunt (train_step is never touched)
+    "cap-separate-debug": (INIT + STEP.replace('@functools.partial(jax.jit, donate_argnames=("params", "opt_state"))\n'
+                                               'def train_step(', "def _step(")
+                           + 'train_step = jax.jit(_step, donate_argnames=("params", "opt_state"))\n'
+                           + "def hunt_nans(params, opt_state, x, y):\n"
+                           + "    with jax.debug_nans(True):\n"
+                           + "        try:\n"
+                           + "            jax.jit(_step)(params, opt_state, x, y)\n"
+                           + "        except FloatingPointError as exc:\n"
+                           + "            return str(exc)\n"
+                           + "    return None\n", 12, []),
     # wrong
     "cap-nodonate":     (INIT + STEP.replace(', donate_argnames=("params", "opt_state")', "") + HUNT, 3,
                          ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]),
