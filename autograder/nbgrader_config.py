@@ -29,6 +29,7 @@ c.Execute.timeout = 60
 c.Execute.extra_arguments = [
     "--HistoryManager.hist_file=:memory:",
     "--IPKernelApp.exec_lines=import donation_course.hidden.exercise",
+    "--IPKernelApp.exec_lines=import donation_course.hidden.capstone",
 ]
 
 # solutions/ = the source with answers kept and hidden tests removed, no

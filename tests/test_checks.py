@@ -42,3 +42,58 @@ def test_expect_donation_request_catches_a_donation_jax_could_not_use(capsys):
     exact = jax.jit(lambda state, delta: state + delta, donate_argnums=0)
     checks.expect_donation_request("exact", exact, (jnp.ones(2), jnp.ones(2)), ("state", "delta"), ["state"])
     assert "exact asks to donate exactly ['state'] (public check only" in capsys.readouterr().out
+
+
+# ---- the core checks: a passing and a failing case each, and their messages ----
+
+def test_expect_equal_passes_on_the_same_value_and_type(capsys):
+    checks.expect_equal("alias_bytes", 4000, 4000)
+    assert capsys.readouterr().out == "\u2714 alias_bytes is 4000 (public check only).\n"
+
+
+def test_expect_equal_fails_on_another_value_or_type_and_names_both():
+    with pytest.raises(checks.CheckFailed, match=r"^alias_bytes: expected 4000, got 3999\.\nHint: h$"):
+        checks.expect_equal("alias_bytes", 3999, 4000, hint="h")
+    with pytest.raises(checks.CheckFailed, match=r"expected 4000, got 4000\.0"):
+        checks.expect_equal("alias_bytes", 4000.0, 4000)
+
+
+def test_expect_equal_never_reveals_the_answer_of_a_prediction():
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_equal("deleted", (False, False, False), (True, False, True), hint="think", reveal=False)
+    message = str(info.value)
+    assert "(False, False, False) is not right yet" in message and "Hint: think" in message
+    assert "True" not in message
+
+
+def test_expect_allclose_passes_and_fails_with_shape_values_and_none(capsys):
+    checks.expect_allclose("f(x)", jnp.array([1.0, 2.0]), [1.0, 2.0])
+    assert capsys.readouterr().out == "\u2714 f(x) gives [1.0, 2.0] (public check only).\n"
+    with pytest.raises(checks.CheckFailed, match=r"^f\(x\): expected \[1\.0, 2\.0\], got \[1\.0, 3\.0\]\."):
+        checks.expect_allclose("f(x)", jnp.array([1.0, 3.0]), [1.0, 2.0])
+    with pytest.raises(checks.CheckFailed, match=r"has the wrong shape: expected \(2,\), got \(3,\)"):
+        checks.expect_allclose("f(x)", jnp.ones(3), [1.0, 2.0])
+    with pytest.raises(checks.CheckFailed, match=r"(?s)expected .an array., got None.*did your function `return`"):
+        checks.expect_allclose("f(x)", None, [1.0])
+
+
+def test_expect_allclose_on_a_donated_result_says_why_it_cannot_be_read():
+    x = jnp.ones(2)
+    jax.jit(lambda a: a * 2, donate_argnums=0)(x)
+    with pytest.raises(checks.CheckFailed, match="the result cannot be read .*Did you return a donated input"):
+        checks.expect_allclose("f(x)", x, [1.0, 1.0])
+
+
+def test_expect_deleted_passes_on_a_donated_array_and_fails_on_a_live_one(capsys):
+    x = jnp.ones(2)
+    jax.jit(lambda a: a * 2, donate_argnums=0)(x)
+    checks.expect_deleted("x", x)
+    assert capsys.readouterr().out == "\u2714 x was donated (is_deleted() is True) (public check only).\n"
+    with pytest.raises(checks.CheckFailed, match=r"^y is still alive, so its buffer was not donated\.\nHint: h$"):
+        checks.expect_deleted("y", jnp.ones(2), hint="h")
+    with pytest.raises(checks.CheckFailed, match=r"should be a JAX array: expected 'a jax.Array', got 'list'"):
+        checks.expect_deleted("z", [1.0])
+
+
+def test_no_check_claims_hidden_tests():
+    assert "graded" not in checks.PUBLIC_ONLY

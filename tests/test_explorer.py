@@ -25,7 +25,7 @@ def test_controls_and_css_classes():
     assert "donation-explorer" in classes(ex.widget)
     assert "explorer-figures" in classes(ex.figures) and "explorer-chart" in classes(ex.chart)
     assert ex.size.description == "Array size (MiB)" and ex.steps.description == "Steps"
-    assert ex.button.description == "Measure" and ex.donate.description == "Donation on"
+    assert ex.button.description == "Measure" and ex.donate.description == "Highlight: with donation"
 
 
 def test_measures_on_display_and_draws_a_chart():
@@ -42,8 +42,11 @@ def test_changing_a_control_measures_again():
     assert ex.runs == 2 and "32 MiB" in ex.figures.value and "data-runs='2'" in ex.figures.value
     ex.steps.value = 4
     assert ex.runs == 3 and "4 steps" in ex.figures.value
-    ex.donate.value = False  # only redraws
-    assert ex.runs == 3 and ex.donate.description == "Donation off"
+    bold_before = ex.figures.value
+    ex.donate.value = False  # switches the highlight: no new measurement, another row and line in bold
+    assert ex.runs == 3 and ex.donate.description == "Highlight: without donation"
+    assert ex.figures.value != bold_before
+    assert '<tr style="font-weight:bold"><td>without donation' in ex.figures.value
     ex.button.click()
     assert ex.runs == 4
 

@@ -109,16 +109,16 @@ def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env)
     path = files / f"nodonate_{EX}.ipynb"
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
             cell.source = corpus.PARTIAL
     nbformat.write(nb, path)
     r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
     assert "graded 1 submission(s)" in r.stdout, r.stdout
     after = read_csv(course / ".grading" / "grades.csv")
-    assert float(after["nodonate"][EX]) == 10
+    assert float(after["nodonate"][EX]) == corpus.MAX
     assert {s: row for s, row in after.items() if s != "nodonate"} == \
         {s: row for s, row in before.items() if s != "nodonate"}
-    assert gradebook_scores(course)["nodonate"][EX] == 10
+    assert gradebook_scores(course)["nodonate"][EX] == corpus.MAX
 
 
 # --- parallel == serial nbgrader ------------------------------------------------
@@ -162,7 +162,7 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
         grade(env, submitted, "--course", course, "--workers", "1", "--timeout", "300", "--no-progress", *extra)
         rows = read_csv(course / ".grading" / "grades.csv")
         assert {s: (r["status"], r["total"], r["max"]) for s, r in rows.items()} == {
-            s: ("ok", "31.0", "31.0") for s in ("ann", "ben")}, rows
+            s: ("ok", "43.0", "43.0") for s in ("ann", "ben")}, rows
         scores[mode] = gradebook_scores(course)
         for path in (course / "autograded").rglob("*.ipynb"):
             assert "persistent compilation cache" not in path.read_text(), path
@@ -183,7 +183,7 @@ def test_zip_input_and_naming_rules(tmp_path, env):
     grade(env, archive, "--course", course, *LIMITS)
     rows = read_csv(course / ".grading" / "grades.csv")
     assert set(rows) == {"Alice", "bob"}  # ids exactly as named (no lower-casing)
-    assert float(rows["Alice"][EX]) == 10 and float(rows["bob"][EX]) == 4
+    assert float(rows["Alice"][EX]) == corpus.MAX and float(rows["bob"][EX]) == corpus.CASES["wrongvalue"][1]
     assert rows["Alice"]["files"] == "export/Alice.ipynb"
 
 
@@ -204,7 +204,7 @@ def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env
           "--no-progress")
     rows = read_csv(course / ".grading" / "grades.csv")
     assert rows["stubborn"]["status"] == "timeout" and "30 s" in rows["stubborn"]["reason"]
-    assert float(rows["partial"][EX]) == 10  # the rest of the class is still graded
+    assert float(rows["partial"][EX]) == corpus.MAX  # the rest of the class is still graded
     assert gradebook_scores(course)["stubborn"][EX] == 0
 
 

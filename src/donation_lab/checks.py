@@ -3,12 +3,12 @@
 A public check either prints one line that says exactly what was checked, or
 raises `CheckFailed` (an AssertionError, so nbgrader scores the cell as
 failed) with a message that says what was expected, what came back, and a
-hint. Passing the public checks never claims more than it checked: hidden
-tests run only at grading time, and the message says so.
+hint. A passing check says only what it checked ("public check only"); where
+hidden tests also run at grading time, the notebook's text says so.
 """
 import numpy as np
 
-PUBLIC_ONLY = "public check only: more cases are checked when your work is graded"
+PUBLIC_ONLY = "public check only"
 
 
 class CheckFailed(AssertionError):
@@ -33,9 +33,14 @@ def expect_true(what: str, condition: bool, message: str, hint: str = "") -> Non
     passed(what)
 
 
-def expect_equal(what: str, got, expected, hint: str = "") -> None:
-    """Pass when got == expected (plain Python values of the same type)."""
+def expect_equal(what: str, got, expected, hint: str = "", reveal: bool = True) -> None:
+    """Pass when got == expected (plain Python values of the same type).
+    With reveal=False (prediction exercises) a wrong answer is told it is wrong
+    and shown the hint, never the expected value."""
     if not isinstance(got, type(expected)) or got != expected:
+        if not reveal:
+            raise CheckFailed(f"{what}: {got!r} is not right yet (the answer is not shown, so you "
+                              "can try again)." + (f"\nHint: {hint}" if hint else ""))
         fail(what, expected, got, hint)
     passed(f"{what} is {expected!r}")
 
@@ -46,7 +51,7 @@ def expect_allclose(what: str, got, expected, hint: str = "", rtol: float = 1e-6
         fail(what, "an array", None, hint or "did your function `return` its result?")
     try:
         got_np = np.asarray(got)
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:
         raise CheckFailed(f"{what}: the result cannot be read ({exc}). "
                           "Did you return a donated input instead of a new value?") from None
     expected_np = np.asarray(expected, dtype=got_np.dtype if got_np.dtype.kind == "f" else None)

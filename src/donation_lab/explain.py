@@ -34,6 +34,23 @@ __all__ = ["explain_donation", "DonationReport", "LeafDonation", "parse_input_ou
 _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}:\s*\((\d+),\s*\{[\d,\s]*\},\s*([\w-]+)\)")
 
 
+
+def kept_leaves(compiled, n_leaves: int) -> list:
+    """Indices of the argument leaves the compiled program kept. jit drops
+    arguments the function never uses (keep_unused=False), and HLO parameter
+    k is the k-th kept leaf. Read from the public `compiled.input_shardings`,
+    which holds None for a dropped leaf (jax 0.10.2); when that is not
+    available, every leaf counts as kept."""
+    import jax
+
+    try:
+        shardings = jax.tree_util.tree_flatten(compiled.input_shardings, is_leaf=lambda x: x is None)[0]
+    except Exception:
+        shardings = None
+    if shardings is None or len(shardings) != n_leaves:
+        return list(range(n_leaves))
+    return [index for index, sharding in enumerate(shardings) if sharding is not None]
+
 def parse_input_output_alias(hlo_text: str) -> dict:
     """Map HLO output index (tuple of ints, () for a lone output) to the HLO
     parameter number whose buffer it reuses, from a compiled module's text."""
@@ -207,12 +224,7 @@ def explain_donation(fn, *args, **kwargs) -> DonationReport:
 
     # jit drops arguments the function never uses (keep_unused=False); HLO
     # parameter k is the k-th kept leaf.
-    kept = None
-    compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
-    if compile_args.get("kept_var_idx") is not None:
-        kept = sorted(compile_args["kept_var_idx"])
-    if kept is None:
-        kept = list(range(n_leaves))
+    kept = kept_leaves(compiled, n_leaves)
     param_to_leaf = dict(enumerate(kept))
 
     try:
@@ -236,13 +248,12 @@ def explain_donation(fn, *args, **kwargs) -> DonationReport:
     names = _param_names(fn, n_positional)
     leaves = []
     for index, (path, info) in enumerate(info_leaves):
-        aval = info._aval if hasattr(info, "_aval") else getattr(info, "aval")
-        shape = tuple(aval.shape)
-        dtype = np.dtype(aval.dtype)
+        shape = tuple(info.shape)      # public ArgInfo.shape / .dtype
+        dtype = np.dtype(info.dtype)
         leaves.append(LeafDonation(
             path=_leaf_path(path, names),
             shape=shape,
-            dtype=str(aval.dtype),
+            dtype=str(info.dtype),
             nbytes=int(math.prod(shape)) * dtype.itemsize,
             requested=bool(info.donated),
             reused=index in aliased_by,

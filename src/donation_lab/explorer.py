@@ -11,7 +11,8 @@ tests and styling:
 - `donation-explorer`  the whole widget (a VBox)
 - `explorer-size`      the size slider (MiB)
 - `explorer-steps`     the steps slider
-- `explorer-donate`    the donation on/off toggle (which loop is highlighted)
+- `explorer-donate`    the highlight toggle: which of the two measured loops is drawn bold
+                       (both loops are always measured and shown)
 - `explorer-run`       the "Measure" button
 - `explorer-figures`   the measured figures, as text (an HTML widget)
 - `explorer-chart`     the chart (an Output widget holding a matplotlib figure)
@@ -40,8 +41,10 @@ class MemoryExplorer:
                                 style={"description_width": "initial"})
         self.steps = w.IntSlider(value=steps, min=1, max=10, description="Steps",
                                  continuous_update=False, style={"description_width": "initial"})
-        self.donate = w.ToggleButton(value=donate, description="Donation on",
-                                     tooltip="Highlight the loop that donates params")
+        self.donate = w.ToggleButton(value=donate, description=self._label(donate),
+                                     tooltip="Both loops are always measured and shown; this picks which "
+                                             "one is drawn bold (click to switch)",
+                                     layout=w.Layout(width="auto"))
         self.button = w.Button(description="Measure", button_style="primary",
                                tooltip="Run the real loop, with and without donation")
         self.figures = w.HTML(value="<i>not measured yet</i>")
@@ -66,8 +69,12 @@ class MemoryExplorer:
         if measure_now:
             self.run()
 
+    @staticmethod
+    def _label(donate: bool) -> str:
+        return f"Highlight: {'with' if donate else 'without'} donation"
+
     def _on_toggle(self, change):
-        self.donate.description = "Donation on" if change["new"] else "Donation off"
+        self.donate.description = self._label(change["new"])
         if self.results is not None:
             self._show()
 
@@ -113,9 +120,14 @@ class MemoryExplorer:
         ax = fig.subplots()
         steps = range(1, without.steps + 1)
         for m, colour in ((without, "tab:red"), (with_, "tab:green")):
-            ax.plot(steps, [b / MiB for b in m.extra_per_step], marker="o", color=colour,
+            values = [b / MiB for b in m.extra_per_step]
+            ax.plot(steps, values, marker="o", color=colour,
                     linewidth=3 if m is chosen else 1,
                     label=f"{'with' if m.donate else 'without'} donation")
+            for step, value in zip(steps, values):  # every point carries its value, zero included
+                ax.annotate(f"{value:.1f}", (step, value), textcoords="offset points", xytext=(0, 5),
+                            ha="center", fontsize=7, color=colour,
+                            fontweight="bold" if m is chosen else "normal")
         ax.axhline(without.array_bytes / MiB, color="grey", linestyle=":", label="one params array")
         ax.set_xlabel("step")
         ax.set_ylabel("MiB above live arrays")

@@ -51,5 +51,12 @@ def plot_shards(array, ax=None, title=None):
         ax.text(c, r, str(dev), ha="center", va="center", fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])
+    from matplotlib.patches import Patch
+
+    cmap = plt.get_cmap("tab10")
+    devices = sorted(int(d) for d in np.unique(grid) if d >= 0)
+    ax.legend(handles=[Patch(facecolor=cmap(d / 9), label=f"device {d}") for d in devices],
+              title="holds the element", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7,
+              title_fontsize=7, ncol=1 if len(devices) <= 4 else 2, frameon=False)
     ax.set_title(title or f"device id per element, spec {getattr(array.sharding, 'spec', '')}")
     return ax

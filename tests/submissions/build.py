@@ -13,7 +13,12 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 LEARNER = ROOT / "notebooks" / "07_update_with_donate.ipynb"
 EXERCISE = "07_update_with_donate"
-MAX = 10
+EXERCISE_MAX = 10   # update_with_donate's cells
+CAPSTONE_POINTS = 12  # the capstone's cells, answered right in every case below (tests/submissions/capstone.py)
+MAX = EXERCISE_MAX + CAPSTONE_POINTS
+# Cases in which the capstone's cells never run or score: the kernel dies, the file is not a notebook, or
+# nothing is answered. Every other case gets CAPSTONE_POINTS on top of its exercise score.
+NO_CAPSTONE = {"kernelexit", "kernelkill", "malformed", "unanswered"}
 
 PARTIAL = "@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n    return state + delta\n"
 
@@ -49,9 +54,13 @@ CASES = {
     "unanswered":   ("@as-released", 0, "partial", "NotImplementedError"),
     "malformed":    ("@malformed-json", 0, "invalid", "not valid notebook JSON"),
 }
+CASES = {student: (answer, score if student in NO_CAPSTONE else score + CAPSTONE_POINTS, status, reason)
+         for student, (answer, score, status, reason) in CASES.items()}
 
 
 def build(dest: Path) -> dict:
+    from capstone import RIGHT as CAPSTONE  # noqa: N811  (imported here: capstone.py imports this module)
+
     dest.mkdir(parents=True, exist_ok=True)
     for student, (answer, *_rest) in CASES.items():
         path = dest / f"{student}_{EXERCISE}.ipynb"
@@ -70,7 +79,10 @@ def build(dest: Path) -> dict:
             answer = PARTIAL
         for c in cells:
             if c.metadata.get("nbgrader", {}).get("solution") and answer != "@as-released":
-                c.source = PARTIAL if answer == "@duplicate-answer" else answer
+                if c.metadata["nbgrader"].get("grade_id") == "cap-answer":
+                    c.source = CAPSTONE  # the capstone (tests/submissions/capstone.py) answered right
+                else:
+                    c.source = PARTIAL if answer == "@duplicate-answer" else answer
         if answer == "@duplicate-answer":
             i = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("solution"))
             twin = nbformat.from_dict(json.loads(json.dumps(cells[i])))

@@ -1,0 +1,103 @@
+"""Pictures where looking beats reading, drawn from real arrays and real
+compiled programs (nothing is made up):
+
+- `draw_buffers(ax, title, rows)`: the buffers a call used, one box per
+  distinct buffer address, each labelled with the names that point to it and
+  crossed out when deleted (lesson 1: before and after donation);
+- `draw_matching(fn, *args)`: the donated inputs on the left, the outputs on
+  the right, and an arrow for every reuse the compiled program makes, marked
+  pass 1 (same shape and dtype) or pass 2 (same element count and bytes)
+  (lesson 3). It lowers and compiles `fn` only: nothing runs or is donated.
+"""
+from __future__ import annotations
+
+__all__ = ["buffer_rows", "draw_buffers", "matching_pairs", "draw_matching"]
+
+PASS_COLOURS = {1: "tab:blue", 2: "tab:orange"}
+
+
+def buffer_rows(**arrays) -> list:
+    """(name, buffer address or None when deleted, deleted?) per JAX array."""
+    rows = []
+    for name, array in arrays.items():
+        deleted = array.is_deleted()
+        rows.append((name, None if deleted else array.unsafe_buffer_pointer(), deleted))
+    return rows
+
+
+def draw_buffers(ax, title: str, rows: list, addresses: dict | None = None):
+    """One box per live buffer address (shared names in one box), deleted
+    arrays as crossed-out boxes. `addresses` maps a deleted name to the address
+    it had, so it is drawn in the box that now holds the output."""
+    from matplotlib.patches import Rectangle
+
+    addresses = addresses or {}
+    boxes = {}  # address -> names
+    for name, address, deleted in rows:
+        key = address if address is not None else addresses.get(name, ("deleted", name))
+        boxes.setdefault(key, []).append((name, deleted))
+    for i, names in enumerate(boxes.values()):
+        ax.add_patch(Rectangle((i * 1.2, 0), 1, 1, facecolor="#e8f0fe", edgecolor="black"))
+        for j, (name, deleted) in enumerate(names):
+            y = 0.7 - 0.3 * j
+            ax.text(i * 1.2 + 0.5, y, name + (" (deleted)" if deleted else ""), ha="center", va="center",
+                    fontsize=8, color="grey" if deleted else "black")
+            if deleted:
+                ax.plot([i * 1.2 + 0.1, i * 1.2 + 0.9], [y, y], color="tab:red", linewidth=1)
+    ax.set_xlim(-0.1, max(1, len(boxes)) * 1.2)
+    ax.set_ylim(-0.1, 1.1)
+    ax.set_axis_off()
+    ax.set_title(f"{title}: {len(boxes)} buffer{'s' if len(boxes) != 1 else ''}", fontsize=9)
+    return len(boxes)
+
+
+def matching_pairs(fn, *args, **kwargs) -> dict:
+    """What `draw_matching` draws: inputs (path, type, requested), outputs
+    (path, type) and pairs (input index, output index, pass number)."""
+    import jax
+
+    from .explain import explain_donation
+
+    report = explain_donation(fn, *args, **kwargs)
+    outs = [(("out" + jax.tree_util.keystr(p)), f"{s.dtype}[{','.join(map(str, s.shape))}]", s)
+            for p, s in jax.tree_util.tree_flatten_with_path(fn.lower(*args, **kwargs).out_info)[0]]
+    out_index = {name: i for i, (name, _, _) in enumerate(outs)}
+    inputs, pairs = [], []
+    for i, leaf in enumerate(report.leaves):
+        inputs.append((leaf.path, leaf.type_str, leaf.requested))
+        if leaf.reused and leaf.output in out_index:
+            j = out_index[leaf.output]
+            spec = outs[j][2]
+            same = tuple(spec.shape) == tuple(leaf.shape) and str(spec.dtype) == leaf.dtype
+            pairs.append((i, j, 1 if same else 2))
+    return {"inputs": inputs, "outputs": [(n, t) for n, t, _ in outs], "pairs": pairs}
+
+
+def draw_matching(fn, *args, ax=None, **kwargs):
+    """Draw the input-to-output matching of the compiled `fn`; returns the pairs."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    m = matching_pairs(fn, *args, **kwargs)
+    rows = max(len(m["inputs"]), len(m["outputs"]))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.6 * rows + 1))
+    y = lambda k: rows - k  # noqa: E731  (top to bottom)
+    for k, (path, type_str, requested) in enumerate(m["inputs"]):
+        ax.text(0, y(k), f"{path}: {type_str}" + ("  (donated)" if requested else ""), ha="right", va="center",
+                fontsize=9, bbox=dict(boxstyle="round", facecolor="#e8f0fe" if requested else "white"))
+    for k, (path, type_str) in enumerate(m["outputs"]):
+        ax.text(1, y(k), f"{path}: {type_str}", ha="left", va="center", fontsize=9,
+                bbox=dict(boxstyle="round", facecolor="#eef7ee"))
+    for i, j, n in m["pairs"]:
+        ax.annotate("", xy=(0.98, y(j)), xytext=(0.02, y(i)),
+                    arrowprops=dict(arrowstyle="->", color=PASS_COLOURS[n], linewidth=2))
+    ax.legend(handles=[Line2D([], [], color=PASS_COLOURS[1], linewidth=2, label="pass 1: same shape and dtype"),
+                       Line2D([], [], color=PASS_COLOURS[2], linewidth=2,
+                              label="pass 2: same element count and bytes")],
+              loc="upper center", bbox_to_anchor=(0.5, 0), fontsize=8, ncol=2, frameon=False)
+    ax.set_xlim(-1.2, 2.2)
+    ax.set_ylim(0.3, rows + 0.7)
+    ax.set_axis_off()
+    ax.set_title("inputs (left) reused by outputs (right)", fontsize=10)
+    return m["pairs"]

@@ -1,0 +1,100 @@
+"""The capstone's grading corpus: one learner copy of notebook 7 per case, the
+exercise answered correctly (10 points) and the capstone answered right or
+wrong. The expected capstone score of each case is in CASES (out of
+CAPSTONE_MAX); a case's total is EXERCISE_POINTS + its capstone score.
+
+    python tests/submissions/capstone.py DEST   # writes DEST/<student>_07_update_with_donate.ipynb
+"""
+import sys
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build as exercise_corpus  # noqa: E402
+
+LEARNER = exercise_corpus.LEARNER
+EXERCISE = exercise_corpus.EXERCISE
+EXERCISE_POINTS = exercise_corpus.EXERCISE_MAX
+CAPSTONE_MAX = exercise_corpus.CAPSTONE_POINTS
+
+INIT = """def init_opt_state(params):
+    return {"m": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)}
+"""
+STEP = """@functools.partial(jax.jit, donate_argnames=("params", "opt_state"))
+def train_step(params, opt_state, x, y):
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    m = jax.tree.map(lambda m, g: BETA * m + g, opt_state["m"], grads)
+    new_params = jax.tree.map(lambda p, m: p - LR * m, params, m)
+    return new_params, {"m": m, "count": opt_state["count"] + 1}, loss
+"""
+HUNT = """def hunt_nans(params, opt_state, x, y):
+    train_step.clear_cache()
+    try:
+        with jax.debug_nans(True):
+            train_step(params, opt_state, x, y)
+    except FloatingPointError as exc:
+        return str(exc)
+    finally:
+        train_step.clear_cache()
+    return None
+"""
+RIGHT = INIT + STEP + HUNT
+
+# student: (capstone answer source, expected capstone points, grade ids that must lose points)
+CASES = {
+    # right, written two ways
+    "cap-right":        (RIGHT, 12, []),
+    "cap-argnums":      (INIT + STEP.replace('donate_argnames=("params", "opt_state")', "donate_argnums=(0, 1)") + HUNT,
+                         12, []),
+    # right: lesson 5's recipe, a separate non-donating jit for the hunt (train_step is never touched)
+    "cap-separate-debug": (INIT + STEP.replace('@functools.partial(jax.jit, donate_argnames=("params", "opt_state"))\n'
+                                               'def train_step(', "def _step(")
+                           + 'train_step = jax.jit(_step, donate_argnames=("params", "opt_state"))\n'
+                           + "def hunt_nans(params, opt_state, x, y):\n"
+                           + "    with jax.debug_nans(True):\n"
+                           + "        try:\n"
+                           + "            jax.jit(_step)(params, opt_state, x, y)\n"
+                           + "        except FloatingPointError as exc:\n"
+                           + "            return str(exc)\n"
+                           + "    return None\n", 12, []),
+    # wrong
+    "cap-nodonate":     (INIT + STEP.replace(', donate_argnames=("params", "opt_state")', "") + HUNT, 3,
+                         ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]),
+    "cap-params-only":  (INIT + STEP.replace('donate_argnames=("params", "opt_state")', 'donate_argnames="params"')
+                         + HUNT, 3,
+                         ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]),
+    "cap-overdonate":   (INIT + STEP.replace('donate_argnames=("params", "opt_state")',
+                                             'donate_argnames=("params", "opt_state", "x")') + HUNT, 10,
+                         ["cap-donated-leaves"]),  # x cannot be reused (no output fits) so it survives: only the request shows it
+    "cap-tied":         (INIT.replace("jax.tree.map(jnp.zeros_like, params)", "params") + STEP + HUNT, 10,
+                         ["cap-public", "cap-untied"]),
+    "cap-no-momentum":  (INIT + STEP.replace("p - LR * m, params, m", "p - LR * g, params, grads")
+                         .replace("lambda p, m:", "lambda p, g:") + HUNT, 10, ["cap-values"]),
+    "cap-no-clear-before": (INIT + STEP + HUNT.replace("    train_step.clear_cache()\n    try:", "    try:"), 10,
+                            ["cap-nan-hunt"]),
+    "cap-no-clear-after": (INIT + STEP + HUNT.replace("    finally:\n        train_step.clear_cache()\n", ""), 8,
+                           ["cap-nan-hunt", "cap-loop"]),
+    "cap-unanswered":   (None, 0, ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-untied",
+                                   "cap-nan-hunt", "cap-loop"]),
+}
+
+
+def build(dest: Path) -> dict:
+    dest.mkdir(parents=True, exist_ok=True)
+    for student, (answer, *_rest) in CASES.items():
+        nb = nbformat.read(LEARNER, as_version=4)
+        for c in nb.cells:
+            grade_id = c.metadata.get("nbgrader", {}).get("grade_id", "")
+            if c.metadata.get("nbgrader", {}).get("solution"):
+                if grade_id == "cap-answer":
+                    if answer is not None:
+                        c.source = answer
+                else:
+                    c.source = exercise_corpus.PARTIAL
+        nbformat.write(nb, dest / f"{student}_{EXERCISE}.ipynb")
+    return CASES
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]))

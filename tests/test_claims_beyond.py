@@ -1,0 +1,282 @@
+"""The rules issue #11 corrected or added to lessons 2, 3, 5 and 6, each with a
+case on both sides, asserted on the pinned JAX (0.10.2). If an upgrade changes
+one, this file fails and names the lesson cell to rewrite."""
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+NOT_USABLE = "Some donated buffers were not usable"
+
+
+def record(fn, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    return out, [str(w.message) for w in caught]
+
+
+def cast_add():
+    return jax.jit(lambda c, d: c.astype(d.dtype) + d, donate_argnums=0)
+
+
+# ---- lesson 3: the second pass needs the same element count AND byte size (l3-pass2, l3-bytes) ----
+
+@pytest.mark.parametrize("source,target,n", [(jnp.int32, jnp.float32, 4), (jnp.float32, jnp.int32, 4),
+                                             (jnp.float32, jnp.float32, 6)])
+def test_same_byte_size_is_reused_silently(source, target, n):
+    x = jnp.ones(n, dtype=source)
+    address = x.unsafe_buffer_pointer()
+    out, messages = record(cast_add(), x, jnp.ones(n, dtype=target))
+    assert x.is_deleted() and messages == [] and out.unsafe_buffer_pointer() == address
+
+
+@pytest.mark.parametrize("source,target,n", [(jnp.int8, jnp.float32, 4), (jnp.bfloat16, jnp.float32, 4),
+                                             (jnp.float32, jnp.bfloat16, 1024)])
+def test_other_byte_size_is_not_reused_not_deleted_and_silent(source, target, n):
+    x = jnp.ones(n, dtype=source)
+    out, messages = record(cast_add(), x, jnp.ones(n, dtype=target))
+    assert not x.is_deleted() and messages == []
+    np.testing.assert_array_equal(np.asarray(out, dtype=np.float32), 2.0)
+
+
+def test_same_bytes_but_other_element_count_is_not_reused_and_warns():
+    x = jnp.ones(4, dtype=jnp.float32)
+    _, messages = record(jax.jit(lambda c: jnp.ones(16, jnp.int8) * c.sum().astype(jnp.int8),
+                                 donate_argnums=0), x)
+    assert not x.is_deleted() and messages and messages[0].startswith(f"{NOT_USABLE}: float32[4].")
+
+
+# ---- lesson 2: reading a donated array, RuntimeError or ValueError (l2-read, l2-read3) ----
+
+def test_a_cold_read_raises_runtime_error_a_warm_operation_value_error():
+    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+    cold = jnp.ones(9)
+    donate(cold)
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[9\]\."):
+        cold + 7
+    warm = jnp.ones(11)
+    donate(warm)
+    jnp.ones(11) * 3          # `* 3` has now run on a live float32[11]
+    with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
+        warm * 3
+    assert not isinstance(info.value, RuntimeError)
+
+
+# ---- lesson 2: argnums and argnames, alone or both (l2-argnames, l2-both) ----
+
+def add(state, delta):
+    return state + delta
+
+
+@pytest.mark.parametrize("options", [dict(donate_argnums=0), dict(donate_argnames="state")])
+def test_one_of_the_two_is_mapped_through_the_signature(options):
+    fn = jax.jit(add, **options)
+    for call in (lambda s, d: fn(s, d), lambda s, d: fn(state=s, delta=d)):
+        s, d = jnp.ones(3), jnp.ones(3)
+        call(s, d)
+        assert s.is_deleted() and not d.is_deleted()
+
+
+def test_both_given_no_mapping_each_call_style_donates_its_own_list():
+    both = jax.jit(add, donate_argnums=0, donate_argnames="delta")
+    s, d = jnp.ones(3), jnp.ones(3)
+    both(s, d)
+    assert (s.is_deleted(), d.is_deleted()) == (True, False)
+    s, d = jnp.ones(3), jnp.ones(3)
+    both(state=s, delta=d)
+    assert (s.is_deleted(), d.is_deleted()) == (False, True)
+
+
+# ---- lesson 2: pmap still ignores keyword donation (l2-pmap) ----
+
+def test_pmap_donates_positional_but_not_keyword_arguments():
+    pmapped = jax.pmap(add, donate_argnums=0)
+    s = jnp.ones((1, 4))
+    pmapped(s, jnp.ones((1, 4)))
+    assert s.is_deleted()
+    s = jnp.ones((1, 4))
+    pmapped(state=s, delta=jnp.ones((1, 4)))
+    assert not s.is_deleted()
+    s = jnp.ones(4)
+    jax.jit(add, donate_argnums=0)(state=s, delta=jnp.ones(4))   # jit: keyword donated
+    assert s.is_deleted()
+
+
+# ---- lesson 3: the warning comes at lowering, once per process per text (l3-once, l3-once2) ----
+
+def test_the_warning_fires_at_lower_without_running():
+    a = jnp.ones((1, 3))
+    _, messages = record(lambda: jax.jit(lambda a, b: a + b, donate_argnums=0).lower(a, jnp.ones((2, 3))))
+    assert len(messages) == 1 and messages[0].startswith(NOT_USABLE) and not a.is_deleted()
+    _, messages = record(lambda: jax.jit(lambda a, b: a + b, donate_argnums=0).lower(jnp.ones((2, 3)),
+                                                                                      jnp.ones((2, 3))))
+    assert messages == []
+
+
+def test_default_filters_show_a_text_once_even_for_another_function():
+    spec = lambda n: (jax.ShapeDtypeStruct((1, n), jnp.float32), jax.ShapeDtypeStruct((2, n), jnp.float32))  # noqa: E731
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        jax.jit(lambda a, b: a + b, donate_argnums=0).lower(*spec(13))
+        jax.jit(lambda a, b: a * b, donate_argnums=0).lower(*spec(13))   # same text: not shown
+        jax.jit(lambda a, b: a - b, donate_argnums=0).lower(*spec(14))   # other text: shown
+    texts = [str(w.message).splitlines()[0] for w in caught]
+    assert texts == [f"{NOT_USABLE}: float32[1,13].", f"{NOT_USABLE}: float32[1,14]."]
+
+
+# ---- lesson 3: closures, keep_unused, delete(), static (l3-closure .. l3-static) ----
+
+def test_closed_over_constants_are_never_donated_arguments_are():
+    table, a = jnp.ones(4), jnp.ones(4)
+    jax.jit(lambda a: a + table, donate_argnums=0)(a)
+    assert a.is_deleted() and not table.is_deleted()
+
+
+def test_unused_argument_is_donated_only_with_keep_unused():
+    u = jnp.ones(4)
+    jax.jit(lambda a, u: a * 2, donate_argnums=1)(jnp.ones(4), u)
+    assert not u.is_deleted()
+    u = jnp.ones(4)
+    _, messages = record(jax.jit(lambda a, u: a * 2, donate_argnums=1, keep_unused=True), jnp.ones(4), u)
+    assert u.is_deleted() and messages == []
+
+
+def test_array_delete_behaves_like_donation():
+    x = jnp.ones(3)
+    assert not x.is_deleted()
+    x.delete()
+    assert x.is_deleted()
+    with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[3\]"):
+        x + 1
+
+
+def test_static_and_donated_names_may_not_overlap():
+    with pytest.raises(ValueError, match="static_argnames and donate_argnames cannot intersect"):
+        jax.jit(lambda a, n: a * n, static_argnames="n", donate_argnames="n")
+    with pytest.raises(ValueError, match="cannot intersect"):
+        jax.jit(lambda a, n: a * n, static_argnums=1, donate_argnums=1)
+    jax.jit(lambda a, n: a * n, static_argnames="n", donate_argnames="a")   # disjoint: fine
+
+
+# ---- lesson 3: loops and async dispatch (l3-loops, l3-async) ----
+
+def run_scan(carry, xs):
+    return jax.lax.scan(lambda c, x: (c + x, None), carry, xs)[0]
+
+
+@pytest.mark.parametrize("name", ["scan", "fori_loop"])
+def test_loop_carry_donation_carries_through_the_outer_jit(name):
+    body = {"scan": lambda c: run_scan(c, jnp.ones((3, 4))),
+            "fori_loop": lambda c: jax.lax.fori_loop(0, 3, lambda i, c: c * 2, c)}[name]
+    expected = {"scan": 4.0, "fori_loop": 8.0}[name]
+    carry = jnp.ones(4)
+    address = carry.unsafe_buffer_pointer()
+    out = jax.jit(body, donate_argnums=0)(carry)
+    assert carry.is_deleted() and out.unsafe_buffer_pointer() == address
+    np.testing.assert_array_equal(out, expected)
+    carry = jnp.ones(4)
+    jax.jit(body)(carry)
+    assert not carry.is_deleted()
+
+
+def test_donated_input_is_deleted_when_the_call_returns():
+    chain = jax.jit(lambda m: m @ m @ m, donate_argnums=0)
+    chain(jnp.ones((300, 300))).block_until_ready()
+    m = jnp.ones((300, 300))
+    result = chain(m)
+    assert m.is_deleted()            # checked before waiting for the result
+    result.block_until_ready()
+    assert result.is_ready()
+
+
+# ---- lesson 5: what the debug_nans re-run reads first (l5-before-*, l5-order) ----
+
+def test_compiled_before_debug_nans_breaks_on_log_but_names_sqrt_of_an_undonated_input():
+    try:
+        safe_log = jax.jit(lambda x: jnp.log(x), donate_argnums=0)
+        safe_log(jnp.ones(4))
+        step = jax.jit(lambda p, g: p - 0.1 * jnp.sqrt(g), donate_argnums=0)
+        step(jnp.ones(4), jnp.ones(4))
+        with jax.debug_nans(True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(RuntimeError, match="Array has been deleted"):
+                safe_log(-jnp.ones(4))
+            with pytest.raises(FloatingPointError, match="invalid value \\(nan\\) encountered in sqrt"):
+                step(jnp.ones(4), jnp.array([1.0, 4.0, -9.0, 16.0]))
+    finally:
+        jax.config.update("jax_debug_nans", False)
+
+
+# ---- lesson 6: device count switches, and an array on another device (l6-flags, l6-other) ----
+
+def run_fresh(code):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+
+
+def test_xla_flags_count_if_set_before_first_use_not_before_import():
+    result = run_fresh("""
+        import os, jax, jax.numpy as jnp
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        print(len(jax.devices()))
+    """)
+    assert result.stdout.split() == ["8"], result.stderr
+    result = run_fresh("""
+        import os, jax, jax.numpy as jnp
+        jnp.ones(2)
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        print(len(jax.devices()))
+    """)
+    assert result.stdout.split() == ["1"], result.stderr
+
+
+def test_jax_num_cpu_devices_right_after_import_and_refused_after_first_use():
+    result = run_fresh("""
+        import jax
+        jax.config.update("jax_num_cpu_devices", 8)
+        print(len(jax.devices()))
+        try:
+            jax.config.update("jax_num_cpu_devices", 4)
+        except RuntimeError as err:
+            print("refused" if "before backends are initialized" in str(err) else err)
+    """)
+    assert result.stdout.split() == ["8", "refused"], result.stderr
+
+
+def test_an_array_on_another_device_is_copied_not_donated_silently():
+    result = run_fresh("""
+        import warnings, jax, jax.numpy as jnp
+        from jax.sharding import SingleDeviceSharding
+        jax.config.update("jax_num_cpu_devices", 2)
+        d0, d1 = jax.devices()
+        pinned = jax.jit(lambda v: 2.0 * v, donate_argnums=0,
+                         in_shardings=SingleDeviceSharding(d0), out_shardings=SingleDeviceSharding(d0))
+        for device in (d1, d0):
+            x = jax.device_put(jnp.arange(4.0), device)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = pinned(x)
+            print(device.id, x.is_deleted(), len(caught), out.devices() == {d0})
+    """)
+    assert result.stdout.splitlines() == ["1 False 0 True", "0 True 0 True"], result.stderr
+
+
+# ---- explain_donation reads which leaves were kept from public API only ----
+
+def test_compiled_input_shardings_mark_dropped_arguments_with_none():
+    from donation_lab.explain import explain_donation, kept_leaves
+
+    x = jnp.ones(4)
+    dropped = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)).lower(x, jnp.ones(3), x).compile()
+    kept = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1), keep_unused=True).lower(x, jnp.ones(3), x).compile()
+    assert kept_leaves(dropped, 3) == [0, 2]
+    assert kept_leaves(kept, 3) == [0, 1, 2]
+    report = explain_donation(jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)), x, jnp.ones(3), x)
+    assert [(leaf.requested, leaf.reused, leaf.pruned) for leaf in report.leaves] == [
+        (True, True, False), (True, False, True), (False, False, False)]

@@ -1,0 +1,54 @@
+"""The capstone of notebook 7 graded end to end through `./course grade`
+(scratch course, 2 workers) on its corpus (tests/submissions/capstone.py):
+every case gets its expected score, loses points exactly in the grade cells
+it should, and its feedback never shows the hidden checks' source."""
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from conftest import make_course
+from donation_course.course import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "submissions"))
+import capstone as corpus  # noqa: E402
+
+GRADE_IDS = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-untied", "cap-nan-hunt",
+             "cap-loop"]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, env):
+    tmp = tmp_path_factory.mktemp("capstone")
+    course = make_course(tmp / "course")
+    files = tmp / "corpus"
+    corpus.build(files)
+    r = subprocess.run([str(ROOT / "course"), "grade", str(files), "--course", str(course), "--workers", "2",
+                        "--timeout", "150", "--cell-timeout", "15", "--no-progress"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    with open(course / ".grading" / "grades.csv", newline="", encoding="utf-8") as fh:
+        return course, {row["student"]: row for row in csv.DictReader(fh)}
+
+
+def test_the_capstone_is_worth_capstone_max():
+    import nbformat
+
+    nb = nbformat.read(corpus.LEARNER, as_version=4)
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"]["grade_id"].startswith("cap-")}
+    assert sorted(points) == sorted(GRADE_IDS) and sum(points.values()) == corpus.CAPSTONE_MAX
+
+
+@pytest.mark.parametrize("student", sorted(corpus.CASES))
+def test_each_capstone_answer_gets_its_expected_score(graded, student):
+    course, rows = graded
+    _, score, losing = corpus.CASES[student]
+    row = rows[student]
+    assert float(row[corpus.EXERCISE]) == corpus.EXERCISE_POINTS + score, row
+    lost = {gid for gid in GRADE_IDS if f"{corpus.EXERCISE}/{gid} (0/" in row["reason"]}
+    assert lost == set(losing), row["reason"]
+    assert "ex-" not in row["reason"], row["reason"]  # the exercise is answered right in every case
+    feedback = (course / ".grading" / "feedback" / f"{student}.html").read_text()
+    assert "_dl_capstone" not in feedback and "check_nan_hunt" not in feedback

@@ -1,0 +1,49 @@
+"""The pictures of lessons 1, 3 and 6 draw what the arrays and the compiled
+program say: one box per buffer, one arrow per reuse with its pass, a legend."""
+import jax
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from donation_lab.pictures import buffer_rows, draw_buffers, draw_matching, matching_pairs  # noqa: E402
+
+
+def test_buffers_without_donation_three_boxes_with_donation_two():
+    sgd = lambda p, g: p - 0.1 * g  # noqa: E731
+    params, grads = jnp.ones(4), jnp.ones(4)
+    out = jax.jit(sgd)(params, grads)
+    fig, (left, right) = plt.subplots(1, 2)
+    assert draw_buffers(left, "without", buffer_rows(params=params, grads=grads, new_params=out)) == 3
+    params = jnp.ones(4)
+    address = params.unsafe_buffer_pointer()
+    out = jax.jit(sgd, donate_argnums=0)(params, grads)
+    rows = buffer_rows(params=params, grads=grads, new_params=out)
+    assert rows[0] == ("params", None, True)
+    assert draw_buffers(right, "with", rows, addresses={"params": address}) == 2
+    assert "2 buffers" in right.get_title()
+    plt.close(fig)
+
+
+def test_matching_marks_pass_one_and_pass_two_and_no_arrow_for_a_miss():
+    f = jax.jit(lambda a, b, c, d: (a + 1, c.astype(jnp.float32), b.reshape(3, 2) * 2, d.astype(jnp.float32)),
+                donate_argnums=(0, 1, 2, 3))
+    args = (jnp.ones((2, 3)), jnp.ones(6), jnp.ones(4, jnp.int32), jnp.ones(5, jnp.int8))
+    m = matching_pairs(f, *args)
+    assert m["pairs"] == [(0, 0, 1), (1, 2, 2), (2, 1, 2)]   # int8[5] -> float32[5]: other byte size, no arrow
+    fig, ax = plt.subplots()
+    assert draw_matching(f, *args, ax=ax) == m["pairs"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "pass 1: same shape and dtype", "pass 2: same element count and bytes"]
+    assert not any(a.is_deleted() for a in args)  # nothing ran
+    plt.close(fig)
+
+
+def test_shard_plot_has_a_legend_per_device():
+    from donation_lab.shard_layout import plot_shards
+
+    fig, ax = plt.subplots()
+    plot_shards(jnp.arange(4.0), ax=ax)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["device 0"]
+    plt.close(fig)
