@@ -24,6 +24,9 @@ sys.path.insert(0, str(ROOT / "tests" / "submissions"))
 import build as corpus  # noqa: E402
 
 EX = corpus.EXERCISE
+FULL = corpus.CASES["partial"][1]  # a right answer: the exercise and the capstone
+WRONG = corpus.CASES["wrongvalue"][1]  # the same score for nodonate and wrongvalue
+assert corpus.CASES["nodonate"][1] == WRONG
 LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "15", "--no-progress"]
 DUE = "2024-03-01 12:00:00 UTC"
 
@@ -248,8 +251,8 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env)
     grade(env, _zip(canvas, tmp_path / "canvas.zip"), "--course", course, *LIMITS)
     grade(env, bb, "--course", course, *LIMITS)
     r = grade(env, _zip(moodle, tmp_path / "moodle.zip"), "--course", course, *LIMITS)
-    expected = {"1002": (10, 0), "1004": (4, 0), "1003": (10, 0), "1005": (10, 10),
-                "jdoe": (10, 10), "k.roe": (4, 0), "4102": (10, 0), "4177": (4, 0), "4200": (4, 0)}
+    expected = {"1002": (FULL, 0), "1004": (WRONG, 0), "1003": (FULL, 0), "1005": (FULL, FULL),
+                "jdoe": (FULL, FULL), "k.roe": (WRONG, 0), "4102": (FULL, 0), "4177": (WRONG, 0), "4200": (WRONG, 0)}
     ours = gradebook(course)
     assert {s: (v[0], v[1]) for s, v in ours.items()} == expected, r.stderr
     rows = read_csv(course / ".grading" / "grades.csv")  # the whole gradebook, not the last run's 3
@@ -258,10 +261,10 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env)
     assert rows["1002"]["name"] == rows["1004"]["name"] == "smithjohn"
     assert rows["1003"]["files"] == f"submissions/leeann_1003_5021_{EX}-1.ipynb"
     assert rows["jdoe"]["files"].endswith(f"2024-03-01-13-00-00_{EX}.ipynb")
-    assert float(rows["jdoe"]["late_penalty"]) == 10 and float(rows["jdoe"]["total"]) == 0
+    assert float(rows["jdoe"]["late_penalty"]) == FULL and float(rows["jdoe"]["total"]) == 0
     canvas_csv = (course / ".grading" / "canvas-import.csv").read_text(encoding="utf-8").splitlines()
     assert canvas_csv[0] == f"Student,ID,SIS User ID,SIS Login ID,Section,{ASSIGNMENT}"
-    assert "smithjohn,1004,,,,4.0" in canvas_csv
+    assert f"smithjohn,1004,,,,{float(WRONG)}" in canvas_csv
 
     # serial nbgrader autograde on the same staged submissions (timestamp.txt included)
     serial = late_course(tmp_path / "serial", env)
@@ -305,7 +308,7 @@ def test_extra_file_does_not_destroy_an_nbgrader_submission(tmp_path, env):
     after = read_csv(course / ".grading" / "grades.csv")
     assert set(after) == {"jane_doe", "bob"}  # the whole class, not the one student graded
     assert after["bob"] == before["bob"]
-    assert float(after["jane_doe"][EX]) == 10 and float(after["jane_doe"]["02_the_contract"]) > 0
+    assert float(after["jane_doe"][EX]) == FULL and float(after["jane_doe"]["02_the_contract"]) > 0
     assert float(after["jane_doe"]["05_debug_nans"]) > 0
     assert float(after["jane_doe"]["total"]) > float(before["jane_doe"]["total"])
 
@@ -360,5 +363,5 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     rows = read_csv(course / ".grading" / "grades.csv")
     assert set(rows) == {f"s{i}" for i in range(6)}
     assert set(gradebook(course)) == set(rows)
-    assert float(rows["s0"][EX]) == 10 and float(rows["s1"][EX]) == 4
+    assert float(rows["s0"][EX]) == FULL and float(rows["s1"][EX]) == WRONG
     assert list(tmpdir.iterdir()) == []
