@@ -265,7 +265,6 @@ def test_already_compiled_function_raises_value_error_on_a_deleted_array(capfd):
     jax.jit(fresh_add(), donate_argnums=0)(t, jnp.ones(4))
     with pytest.raises(ValueError, match="Invalid buffer passed to Execute"):
         total(t)
-    assert not issubclass(ValueError, RuntimeError)
 
 
 def test_passthrough_output_reuses_its_donated_input():
