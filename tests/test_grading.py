@@ -214,11 +214,12 @@ def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env
     (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no .ipynb submissions found"),
 ])
 def test_bad_command_input_gives_one_clear_line(tmp_path, env, make_input, message):
-    r = grade(env, make_input(tmp_path), "--course", tmp_path / "nocourse", check=False)
+    course = make_course(tmp_path / "course")
+    r = grade(env, make_input(tmp_path), "--course", course, check=False)
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("course: error:"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("course: error:") and message in lines[0], r.stderr
 
 
 def test_bad_course_and_options_give_one_clear_line(tmp_path, env):
