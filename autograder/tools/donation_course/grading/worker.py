@@ -131,7 +131,7 @@ def apply_flags(result: dict, flags: dict) -> None:
                         + (" | " + result["reason"] if result.get("reason") else ""))
 
 
-def new_scratch(student: str) -> Path:
+def new_scratch(student: str, api=None) -> Path:
     """A fresh scratch folder (sandbox copy of the working folder) and runtime
     folder (connection file, sockets) for this student's kernels."""
     import shutil
@@ -142,9 +142,8 @@ def new_scratch(student: str) -> Path:
     base.mkdir(mode=0o700, parents=True)
     run = Path(tempfile.mkdtemp(dir=base, prefix="r"))
     os.environ["DONATION_LAB_RUNTIME"] = str(run)
-    # jupyter_client names the ipc sockets relative to the client's working
-    # folder ("kernel-ipc-N"); kernel.py makes the kernel bind that same path
-    os.chdir(run)
+    if api is not None:  # the sockets' absolute path (the default is relative to the working folder)
+        api.config.KernelManager.ip = str(run / "kernel-ipc")
     os.environ["DONATION_LAB_SCRATCH"] = str(base / "scratch")
     return base
 
@@ -167,12 +166,12 @@ def grade_one(api, course: Path, student: str) -> dict:
 def _grade(api, course, student, ASSIGNMENT, result, flags):
     from nbgrader.api import Gradebook
 
-    new_scratch(student)
+    new_scratch(student, api)
     res = api.autograde(ASSIGNMENT, student, force=True, create=True)
     if not res.get("success") and diagnose(res.get("log", ""), res.get("error", "")).startswith("the kernel"):
         # Once more, in case the kernel died at start-up for a reason of the
         # machine's (the submission's own code gets the same verdict twice).
-        new_scratch(student)
+        new_scratch(student, api)
         res = api.autograde(ASSIGNMENT, student, force=True, create=True)
     if not res.get("success"):
         result["ok"] = False
