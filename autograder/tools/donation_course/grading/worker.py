@@ -20,6 +20,9 @@ def make_kernelspec(folder: Path, python: str) -> Path:
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [python, "-m", "donation_course.grading.kernel", "-f", "{connection_file}"],
         "display_name": "Python 3 (graded, memory-limited)", "language": "python",
+        # interrupt over the control channel: the kernel runs in its own session
+        # (bwrap --new-session), where a SIGINT to the launcher's group never arrives
+        "interrupt_mode": "message",
     }))
     return folder
 
