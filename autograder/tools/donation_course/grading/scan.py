@@ -77,7 +77,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Name(self, node):
         if node.id in NAMES:
-            self.flag(node, NAMES[node.id])
+            self.flag(node, f"{node.id}: {NAMES[node.id]}")
         elif node.id in MODULES and isinstance(node.ctx, ast.Load) and False:
             pass
         self.generic_visit(node)
