@@ -85,7 +85,8 @@ def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not
     nb = nbformat.read(ROOT / "solutions" / "06_shardings.ipynb", as_version=4)
     release = nbformat.read(ROOT / "notebooks" / "06_shardings.ipynb", as_version=4)
     assert scan_notebook(nb, "06", release) == []  # its own `import os` cell is the course's code
-    nb.cells[0].source += "\nos.environ['JAX_ENABLE_X64'] = '1'\n"
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "import os" in c.source)
+    cell.source += "\nos.environ['JAX_ENABLE_X64'] = '1'\n"
     assert scan_notebook(nb, "06", release)
 
 
@@ -143,7 +144,7 @@ tryit("gradebook", lambda: open(os.path.join(course, "gradebook.db")).read())
 tryit("classmate", lambda: os.listdir(os.path.join(course, "submitted", "bob")))
 tryit("course-source", lambda: os.listdir(os.path.join(course, "source")))
 tryit("repo-source", lambda: os.listdir({str(ROOT / 'autograder' / 'source')!r}))
-tryit("home", lambda: os.listdir(os.path.expanduser("~root")))
+print("home", sorted(os.listdir("/root")) if os.path.isdir("/root") else [])
 tryit("network", lambda: socket.create_connection(("1.1.1.1", 53), timeout=3))
 tryit("overwrite", lambda: open(os.path.join(course, "gradebook.db"), "w").write("x"))
 print("own-file", open("mine.txt").read())
@@ -151,7 +152,9 @@ open("mine.txt", "w").write("changed in the sandbox")
 print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0])
 """
     course, cwd, out = run_in_sandbox(tmp_path, code)
-    for label in ("gradebook", "classmate", "course-source", "repo-source", "home", "network", "overwrite"):
+    # the instructor's home: at most the folder holding the interpreter the venv was made from
+    assert "home []" in out or "home ['.pyenv']" in out, out
+    for label in ("gradebook", "classmate", "course-source", "repo-source", "network", "overwrite"):
         assert f"{label} blocked" in out, out
     assert "REACHED" not in out, out
     assert "own-file alice's file" in out, out
