@@ -223,3 +223,27 @@ def test_without_bwrap_grading_stops_with_one_line(tmp_path, env):
               check=False)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 1 and len(lines) == 1 and "apt-get install bubblewrap" in lines[0], r.stderr
+
+
+def test_feedback_strips_what_learner_code_printed_in_grade_cells_and_server_paths():
+    from nbformat.v4 import new_code_cell, new_output
+
+    from donation_course.grading.feedback import StripHiddenTests
+
+    grade = new_code_cell("### BEGIN HIDDEN TESTS\nh.check_values(f)\n### END HIDDEN TESTS\n")
+    grade.metadata["nbgrader"] = {"grade": True, "grade_id": "g", "points": 1}
+    grade.outputs = [new_output("stream", name="stdout", text="hidden input [0.25, 0.5]\n\u2714 values: ok\n"),
+                     new_output("error", ename="ValueError", evalue="bad /work/course/autograded/x.py",
+                                traceback=["File /work/course/tools/hidden.py line 3"])]
+    answer = new_code_cell("print(1)")
+    answer.outputs = [new_output("stream", name="stdout", text="mine: 1\n"),
+                      new_output("error", ename="OSError", evalue="/srv/course/gradebook.db: denied",
+                                 traceback=["File \"/root/.venv/lib/x.py\", line 1"])]
+    pre = StripHiddenTests()
+    for cell in (grade, answer):
+        pre.preprocess_cell(cell, {}, 0)
+    assert "hidden input" not in grade.outputs[0]["text"] and "\u2714 values: ok" in grade.outputs[0]["text"]
+    assert answer.outputs[0]["text"] == "mine: 1\n"  # the learner's own cell keeps its output
+    text = str(grade.outputs) + str(answer.outputs)
+    for path in ("/work/course", "/srv/course", "/root/.venv"):
+        assert path not in text, text
