@@ -113,6 +113,7 @@ out = []
 kc.execute_interactive(sys.argv[2], timeout=60,
                        output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
 km.shutdown_kernel(now=True)
+import shutil; shutil.rmtree(tmp)
 print("".join(out))
 """)
     course = make_course(tmp_path / "course")
