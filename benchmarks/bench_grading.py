@@ -8,7 +8,14 @@ Two figures, both measured here on the same machine in the same run:
      on 2 cores);
   2. per-submission cost: `./course grade` wall time per submission for
      exercise 7, divided by the same for a floor notebook that only imports
-     jax (one trivial graded cell), graded the same way (target <= 1.3x).
+     jax (one trivial graded cell), graded the same way (target <= 1.3x);
+  3. the sandbox's cost: `./course grade` (sandboxed, the default) per
+     submission beside `--no-sandbox`, same submissions, same run (target:
+     at most 10% slower). Sandboxed kernels get no JAX compile cache (one
+     submission must not write programs another one runs), so the like-for-like
+     comparison is against `--no-sandbox --no-compile-cache`; the default
+     `--no-sandbox` (with the cache) is shown too.
+  --sandbox-only measures figure 3 alone.
 Everything runs in scratch courses; autograder/ is never touched.
 """
 import argparse
@@ -87,7 +94,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--sandbox-only", action="store_true", help="only the sandbox's cost (figure 3)")
     a = p.parse_args()
+    if a.sandbox_only:
+        return sandbox_cost(a)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
         files = submissions(tmp, a.n)
@@ -128,6 +138,38 @@ def main():
     print(f"| throughput vs serial nbgrader | {t_serial / t_par:.2f}x | >= 1.8x |")
     print(f"| per-submission time vs floor | {t_par / t_floor:.2f}x | <= 1.3x |")
     print(f"\nreproduce: .venv/bin/python benchmarks/bench_grading.py --n {n} --workers {a.workers}")
+
+
+def sandbox_cost(a):
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
+        tmp = Path(tmp)
+        files = submissions(tmp, a.n)
+        one = tmp / "one"
+        one.mkdir()
+        shutil.copy(next(files.iterdir()), one)
+        modes = {"sandbox (default)": [], "--no-sandbox --no-compile-cache": ["--no-sandbox", "--no-compile-cache"],
+                 "--no-sandbox (with compile cache)": ["--no-sandbox"]}
+        courses, times = {}, {name: 0.0 for name in modes}
+        for i, (name, extra) in enumerate(modes.items()):
+            courses[name] = make_course(tmp / f"c{i}")
+            time_grade(one, courses[name], 1, extra)  # generates the assignment
+        # sandbox and its like-for-like twin in A B B A order (page cache, CPU
+        # neighbours), each the mean of two runs; the cached mode once
+        pair = list(modes)[:2]
+        for name in [*pair, *reversed(pair)]:
+            times[name] += time_grade(files, courses[name], a.workers, modes[name]) / 2
+        last = list(modes)[2]
+        times[last] = time_grade(files, courses[last], a.workers, modes[last])
+    n = a.n
+    print(f"\n{n} submissions, {a.workers} workers, {os.cpu_count()} cores\n")
+    print("| run | wall | per submission |\n|---|---|---|")
+    for name, t in times.items():
+        print(f"| `./course grade` {name} | {t:.1f} s | {t / n:.2f} s |")
+    base = times["--no-sandbox --no-compile-cache"]
+    print(f"\nsandbox cost per submission: {(times['sandbox (default)'] - base) / n:+.2f} s "
+          f"({times['sandbox (default)'] / base - 1:+.1%} vs --no-sandbox --no-compile-cache; target <= +10%)")
+    print(f"reproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --sandbox-only --n {n} "
+          f"--workers {a.workers}")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,21 @@ def test_donation_request_reads_numbers_names_and_pytrees_without_running():
     assert checks.donation_request(by_name, x, x) == ((True, False), {})
     assert checks.donation_request(tree, {"w": x}, {"w": x}) == ((True, False), {})
     assert not x.is_deleted()  # lowering runs nothing
-    with pytest.raises(checks.CheckFailed, match="compiled with jax.jit"):
-        checks.donation_request(lambda a: a, x)
+    with pytest.raises(checks.CheckFailed, match="should be a function"):
+        checks.donation_request(42, x)
+
+
+def test_donation_request_of_a_plain_function_is_read_from_what_a_call_does():
+    """A plain function around a jax.jit function has no .lower: the check
+    calls it on copies and reads deletions and JAX's unusable-donation warning."""
+    x = jnp.ones(3)
+    step = jax.jit(lambda s, d: s + d, donate_argnums=0)
+    both = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))
+    step(jnp.ones(3), x), both(jnp.ones(3), jnp.ones(3))  # compiled already: the warning must still be seen
+    assert checks.donation_request(lambda s, d: step(s, d), x, x) == ((True, False), {})
+    assert checks.donation_request(lambda s, d: both(s, d), x, x) == ((True, True), {})
+    assert checks.donation_request(lambda s, d: s + d, x, x) == ((False, False), {})
+    assert not x.is_deleted()  # the caller's arrays are never donated
 
 
 def test_expect_donation_request_catches_a_donation_jax_could_not_use(capsys):

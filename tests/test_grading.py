@@ -123,7 +123,8 @@ def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env)
 
 # --- parallel == serial nbgrader ------------------------------------------------
 
-SERIAL = ["partial", "lambda", "nodonate", "wrongvalue", "wrongarg", "tamperer", "syntax", "edited"]
+# (not "tamperer": ./course grade flags it before its kernel starts, serial nbgrader cannot)
+SERIAL = ["partial", "lambda", "nodonate", "wrongvalue", "wrongarg", "syntax", "edited"]
 
 
 def test_parallel_grading_gives_the_same_scores_as_serial_nbgrader_autograde(tmp_path, env):
@@ -146,7 +147,9 @@ def test_parallel_grading_gives_the_same_scores_as_serial_nbgrader_autograde(tmp
 
 def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tmp_path, env):
     """All seven notebooks, solved (the solutions/ copies), by two students,
-    in nbgrader's layout. With the compilation cache the second
+    in nbgrader's layout: sandboxed (which has no compile cache: one kernel
+    must not write programs another one runs), and unsandboxed with the
+    compile cache. With the compilation cache the second
     student loads what the first one's kernels compiled (lessons included,
     whose checks read JAX's warnings); every score must be full either way,
     and no notebook may show a cache error."""
@@ -157,12 +160,13 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
         for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
             shutil.copy(nb, dest / nb.name)
     scores = {}
-    for mode, extra in (("cache", []), ("no-cache", ["--no-compile-cache"])):
+    for mode, extra in (("cache", ["--no-sandbox"]), ("no-cache", [])):
         course = make_course(tmp_path / mode)
         grade(env, submitted, "--course", course, "--workers", "1", "--timeout", "300", "--no-progress", *extra)
         rows = read_csv(course / ".grading" / "grades.csv")
         assert {s: (r["status"], r["total"], r["max"]) for s, r in rows.items()} == {
             s: ("ok", "43.0", "43.0") for s in ("ann", "ben")}, rows
+        assert all(r["reason"].startswith("sandbox off") == (mode == "cache") for r in rows.values()), rows
         scores[mode] = gradebook_scores(course)
         for path in (course / "autograded").rglob("*.ipynb"):
             assert "persistent compilation cache" not in path.read_text(), path

@@ -96,11 +96,35 @@ def donation_request(fn, *args, **kwargs):
 
     lower = getattr(fn, "lower", None)
     if lower is None:
-        raise CheckFailed(f"{getattr(fn, '__name__', 'this')} should be a function compiled with jax.jit "
-                          f"(it has no .lower), got {type(fn).__name__}.")
+        return _observed_request(fn, *args, **kwargs)
     positional, keyword = lower(*args, **kwargs).args_info
     requested = lambda info: any(leaf.donated for leaf in jax.tree.leaves(info))  # noqa: E731
     return tuple(requested(a) for a in positional), {k: requested(v) for k, v in keyword.items()}
+
+
+def _observed_request(fn, *args, **kwargs):
+    """donation_request for a function that is not itself a jax.jit function
+    (a plain function around one, say): call it on fresh copies of the
+    arguments, with JAX's compilation caches cleared so the 'Some donated
+    buffers were not usable' warning (given at lowering, once per program)
+    shows again, and read what happened. A deleted argument was donated; when
+    JAX warns that a donated buffer was not usable, every argument left alive
+    counts as requested (JAX does not say which one it was)."""
+    import warnings
+
+    import jax
+
+    if not callable(fn):
+        raise CheckFailed(f"this should be a function, got {type(fn).__name__}.")
+    copy = lambda a: jax.device_put(np.array(a)) if isinstance(a, jax.Array) else a  # noqa: E731
+    pos, kw = [copy(a) for a in args], {k: copy(v) for k, v in kwargs.items()}
+    jax.clear_caches()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.block_until_ready(fn(*pos, **kw))
+    unusable = any("donated buffers were not usable" in str(w.message) for w in caught)
+    requested = lambda a: isinstance(a, jax.Array) and (a.is_deleted() or unusable)  # noqa: E731
+    return tuple(requested(a) for a in pos), {k: requested(v) for k, v in kw.items()}
 
 
 def expect_donation_request(what: str, fn, args, names, donated, hint: str = "") -> None:

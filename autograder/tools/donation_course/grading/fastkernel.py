@@ -20,10 +20,48 @@ import time
 from queue import Empty
 
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.utils import ensure_async
+from traitlets import Type
+
+MAX_OUTPUT = 1 << 20  # bytes of stream text one notebook may print; the rest is dropped
+CAPPED = "\n[output capped by the grader: more than 1 MiB was printed; the rest was dropped]\n"
+
+
+class CappedIOPubChannel(AsyncZMQSocketChannel):
+    """IOPub with an output budget per kernel: stream text beyond MAX_OUTPUT
+    bytes is dropped (the first message past it carries CAPPED, on stdout,
+    since nbgrader zeroes a grade cell that writes to stderr), and so are
+    rich outputs (display_data, execute_result) past it. Other messages
+    (status, errors, replies) pass as they are, so grading goes on."""
+
+    printed = 0
+    noted = False
+
+    async def get_msg(self, timeout=None):
+        msg = await super().get_msg(timeout=timeout)
+        kind, content = msg.get("msg_type"), msg.get("content", {})
+        if kind == "stream":
+            text = content.get("text", "")
+            room = MAX_OUTPUT - self.printed
+            self.printed += len(text.encode("utf-8", "replace"))
+            if room < len(text):
+                content["text"] = text[:max(room, 0)] + ("" if self.noted else CAPPED)
+                content["name"] = "stdout"  # an emptied stderr message must not zero the cell
+                self.noted = True
+        elif kind in ("display_data", "execute_result", "update_display_data"):
+            size = sum(len(str(v)) for v in content.get("data", {}).values())
+            self.printed += size
+            if self.printed > MAX_OUTPUT:
+                content["data"] = {"text/plain": "" if self.noted else CAPPED.strip()}
+                content["metadata"] = {}
+                self.noted = True
+        return msg
 
 
 class GradingKernelClient(AsyncKernelClient):
+    iopub_channel_class = Type(CappedIOPubChannel)
+
     async def _async_wait_for_ready(self, timeout=None):
         deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
         while True:

@@ -17,6 +17,25 @@ HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TEST
 NOTE = "# (graded checks run here; their results are shown below)\n"
 
 
+# an absolute path of two or more parts (the server's folders), in any output
+PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/)+[\w.@+-]*")
+CHECK_LINE = ("\u2714", "\u2718", "Hint:", "[output capped")
+PRINTED = "(what the code printed while the checks ran is not shown)\n"
+
+
+def no_paths(text: str) -> str:
+    return PATH.sub("<path>", text)
+
+
+def check_lines(text: str) -> str:
+    """Keep the checks' own lines of a grade cell's stream output; the rest
+    (what the learner's function printed while the hidden checks called it,
+    which could show their inputs) becomes one note."""
+    lines = text.splitlines(keepends=True)
+    kept = [ln for ln in lines if ln.lstrip().startswith(CHECK_LINE)]
+    return "".join(kept) + (PRINTED if len(kept) < len(lines) else "")
+
+
 def strip_hidden(source: str) -> str:
     return HIDDEN.sub(NOTE, source).rstrip("\n")
 
@@ -32,11 +51,26 @@ class StripHiddenTests(NbGraderPreprocessor):
     """Remove hidden-test source and tracebacks from grade cells."""
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+        if cell.cell_type != "code":
+            return cell, resources
+        grade = cell.metadata.get("nbgrader", {}).get("grade")
+        if grade:
             cell.source = strip_hidden(cell.source)
-            for output in cell.get("outputs", []):
-                if output.get("output_type") == "error":
+        for output in cell.get("outputs", []):
+            kind = output.get("output_type")
+            if kind == "error":
+                if grade:
                     output["traceback"] = [learner_message(output)]
+                output["evalue"] = no_paths(str(output.get("evalue", "")))
+                output["traceback"] = [no_paths(line) for line in output.get("traceback", [])]
+            elif kind == "stream":
+                text = check_lines(output.get("text", "")) if grade else output.get("text", "")
+                output["text"] = no_paths(text)
+            elif kind in ("execute_result", "display_data"):
+                data = output.get("data", {})
+                for key in ("text/plain", "text/html", "text/markdown"):
+                    if isinstance(data.get(key), str):
+                        data[key] = no_paths(data[key])
         return cell, resources
 
 

@@ -13,11 +13,16 @@ from pathlib import Path
 class Pool:
     """N long-lived workers; each can be killed (with its kernel) and replaced."""
 
-    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache=True):
+    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache=True,
+                 sandbox=True, scratch=""):
         self.ctx = mp.get_context("spawn")
         self.args = (course, dbdir, cell_timeout, memory_mb, kernel_dir)
         self.logs = logs
-        self.compile_cache = compile_cache
+        # A JAX compile cache that one kernel writes and the next one reads would
+        # let one submission plant compiled programs that another student's
+        # code then runs: sandboxed kernels get none (see README).
+        self.compile_cache = compile_cache and not sandbox
+        self.sandbox, self.scratch = sandbox, scratch
         self.slots = [self._start(i) for i in range(n)]
 
     def _start(self, i):
@@ -35,7 +40,8 @@ class Pool:
             cache.mkdir()
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=serve, args=(child, str(course), str(db), cell_timeout, memory_mb, kernel_dir,
-                                      str(Path(self.logs) / f"worker-{i}.log"), str(cache)),
+                                      str(Path(self.logs) / f"worker-{i}.log"), str(cache),
+                                      str(Path(self.scratch) / f"w{i}"), self.sandbox),
                                 daemon=True)
         proc.start()
         child.close()
@@ -75,14 +81,17 @@ class Pool:
 
 
 def run_pool(students, course, args, cell_timeout, on_result, progress):
-    with tempfile.TemporaryDirectory(prefix="donation-lab-grade-") as tmp:
+    # short paths: a unix socket's path has at most 107 bytes
+    with tempfile.TemporaryDirectory(prefix="donation-lab-grade-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="dlg-", dir="/tmp") as scratch:
         from .worker import make_kernelspec
 
         kernel_dir = make_kernelspec(Path(tmp) / "jupyter", sys.executable)
         logs = Path(args.out_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         pool = Pool(max(1, min(args.workers, len(students))), course.root, tmp, cell_timeout, args.memory_mb,
-                    str(kernel_dir), str(logs), compile_cache=not args.no_compile_cache)
+                    str(kernel_dir), str(logs), compile_cache=not args.no_compile_cache,
+                    sandbox=not getattr(args, "no_sandbox", False), scratch=scratch)
         queue = list(students)
         pending = len(queue)
         try:

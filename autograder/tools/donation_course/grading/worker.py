@@ -20,6 +20,9 @@ def make_kernelspec(folder: Path, python: str) -> Path:
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [python, "-m", "donation_course.grading.kernel", "-f", "{connection_file}"],
         "display_name": "Python 3 (graded, memory-limited)", "language": "python",
+        # interrupt over the control channel: the kernel runs in its own session
+        # (bwrap --new-session), where a SIGINT to the launcher's group never arrives
+        "interrupt_mode": "message",
     }))
     return folder
 
@@ -34,6 +37,9 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     cfg.Execute.timeout = cell_timeout
     cfg.Execute.interrupt_on_timeout = True
     cfg.Execute.kernel_name = KERNEL_NAME
+    # Unix sockets in the kernel's own runtime folder (bound into its sandbox
+    # only): no TCP ports, so no port race between parallel kernels either.
+    cfg.KernelManager.transport = "ipc"
     # (nbgrader's Execute passes its own kernel_manager_class, so the client is set on the manager)
     cfg.AsyncKernelManager.client_class = "donation_course.grading.fastkernel.GradingKernelClient"
     cfg.Execute.shutdown_kernel = "immediate"  # outputs are collected by then (see fastkernel.py)
@@ -91,17 +97,82 @@ def cell_messages(autograded: Path) -> dict:
     return out
 
 
+def scan_submission(course: Path, student: str, assignment: str) -> dict:
+    """{notebook: [Flag]} for the student's submitted notebooks (scan.py), read before any kernel starts."""
+    import nbformat
+
+    from .scan import scan_notebook
+
+    flags = {}
+    for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
+        release = course / "release" / assignment / path.name
+        try:
+            nb = nbformat.read(path, as_version=4)
+            rel = nbformat.read(release, as_version=4) if release.exists() else None
+        except Exception:
+            continue  # not a notebook: nbgrader reports it
+        found = scan_notebook(nb, path.stem, rel)
+        if found:
+            flags[path.stem] = found
+    return flags
+
+
+def apply_flags(result: dict, flags: dict) -> None:
+    """A flagged notebook: every grade cell waits for the instructor
+    (needs_manual_grade) with no automatic points; the reason names cell, line and construct."""
+    if not flags:
+        return
+    for nbname, found in flags.items():
+        for g in result["notebooks"].get(nbname, {}).get("grades", []):
+            g["auto_score"], g["needs_manual_grade"] = 0.0, True
+            g["message"] = "flagged for the instructor (manual grading): " + found[0].reason
+    result["status"] = "flagged"
+    listed = "; ".join(str(f) for found in flags.values() for f in found[:5])
+    result["reason"] = ("flagged for manual grading, no automatic points: " + listed
+                        + (" | " + result["reason"] if result.get("reason") else ""))
+
+
+def new_scratch(student: str, api=None) -> Path:
+    """A fresh scratch folder (sandbox copy of the working folder) and runtime
+    folder (connection file, sockets) for this student's kernels."""
+    import shutil
+    import tempfile
+
+    base = Path(os.environ["DONATION_LAB_TMP"])
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(mode=0o700, parents=True)
+    run = Path(tempfile.mkdtemp(dir=base, prefix="r"))
+    os.environ["DONATION_LAB_RUNTIME"] = str(run)
+    if api is not None:  # the sockets' absolute path (the default is relative to the working folder)
+        api.config.KernelManager.ip = str(run / "kernel-ipc")
+    os.environ["DONATION_LAB_SCRATCH"] = str(base / "scratch")
+    return base
+
+
 def grade_one(api, course: Path, student: str) -> dict:
     from nbgrader.api import Gradebook
 
     ASSIGNMENT = Course(course).assignment
 
     result = {"student": student, "notebooks": {}, "ok": True, "reason": ""}
+    flags = scan_submission(course, student, ASSIGNMENT)
+    try:
+        return _grade(api, course, student, ASSIGNMENT, result, flags)
+    finally:
+        import shutil
+
+        shutil.rmtree(os.environ.get("DONATION_LAB_TMP", "/nonexistent"), ignore_errors=True)
+
+
+def _grade(api, course, student, ASSIGNMENT, result, flags):
+    from nbgrader.api import Gradebook
+
+    new_scratch(student, api)
     res = api.autograde(ASSIGNMENT, student, force=True, create=True)
     if not res.get("success") and diagnose(res.get("log", ""), res.get("error", "")).startswith("the kernel"):
-        # Once more: parallel kernels pick TCP ports that another process can
-        # take before the kernel binds them ("Address already in use"), and
-        # such a kernel dies at start-up through no fault of the submission.
+        # Once more, in case the kernel died at start-up for a reason of the
+        # machine's (the submission's own code gets the same verdict twice).
+        new_scratch(student, api)
         res = api.autograde(ASSIGNMENT, student, force=True, create=True)
     if not res.get("success"):
         result["ok"] = False
@@ -116,6 +187,7 @@ def grade_one(api, course: Path, student: str) -> dict:
         try:
             sub = gb.find_submission(ASSIGNMENT, student)
         except Exception:
+            apply_flags(result, flags)
             return result
         result["timestamp"] = sub.timestamp.isoformat() if sub.timestamp else None
         for nb in sub.notebooks:
@@ -133,6 +205,7 @@ def grade_one(api, course: Path, student: str) -> dict:
             result["notebooks"][nb.name] = {"grades": grades, "comments": comments,
                                             "graded": auto.exists(), "solution_errors": solution_errors,
                                             "late_penalty": nb.late_submission_penalty}
+    apply_flags(result, flags)
     return result
 
 
@@ -149,13 +222,16 @@ def use_compile_cache(folder) -> None:
     without a lock). Results are the same with or without it; the test suite
     grades the solved course both ways.
     """
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder)
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    os.environ["DONATION_LAB_COMPILE_CACHE"] = str(folder)  # kernel.py passes it on
+
+
+def serve_env(tmp: str, sandbox: bool) -> None:
+    os.environ["DONATION_LAB_TMP"] = tmp
+    os.environ["DONATION_LAB_SANDBOX"] = "1" if sandbox else "0"
 
 
 def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_dir: str, log: str,
-          compile_cache: str = "") -> None:
+          compile_cache: str = "", tmp: str = "", sandbox: bool = True) -> None:
     """Worker main loop: receive a student id, send back a result dict."""
     os.setsid()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -164,6 +240,7 @@ def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_
     os.environ["DONATION_LAB_MEMORY_MB"] = str(memory_mb)
     os.environ["JUPYTER_PATH"] = kernel_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    serve_env(tmp, sandbox)
     if compile_cache:
         use_compile_cache(compile_cache)
     course_p = Path(course)

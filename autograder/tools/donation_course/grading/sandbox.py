@@ -1,0 +1,130 @@
+"""The grading kernel's sandbox (bubblewrap), and its fixed environment.
+
+Each grading kernel runs as (kernel.py, outside) -> bwrap -> (kernel.py
+--inner, inside, still root) -> setuid to an unprivileged uid -> ipykernel:
+
+- namespaces: no network (--unshare-net), its own PID, IPC and UTS
+  namespaces (--unshare-pid/-ipc/-uts), a new session (no TIOCSTI), dies with
+  the grader (--die-with-parent);
+- file system: a fresh tmpfs root holding read-only binds of the system
+  (/usr, /etc's few files a Python needs), of the interpreter the venv was
+  made from, of the venv and of the two local packages' source
+  (src/donation_lab, autograder/tools): nothing else. Not the course folder
+  (gradebook.db, source/, release/, submitted/, autograded/, other
+  students), not the instructor's home. The kernel's working folder (the
+  student's autograded/<student>/<assignment>/, where nbgrader runs the
+  notebook) is a writable COPY in a per-submission scratch folder, bound at
+  the same path: writes land in the scratch folder, which the worker deletes
+  after the student. /tmp is private; /proc shows only the sandbox's
+  processes;
+- the kernel and the grader talk over IPC (unix) sockets in a folder that
+  only this kernel's sandbox sees (KernelManager.transport = "ipc");
+- caps: address space (RLIMIT_AS), processes (RLIMIT_NPROC: enforced because
+  the kernel runs as an unprivileged uid, not root), file size (RLIMIT_FSIZE),
+  no core files; time per cell and per submission (worker/pool); output size
+  (fastkernel.py).
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SANDBOX_UID = 65534  # "nobody": no file outside the sandbox's binds belongs to it
+MAX_PROCESSES = 256  # threads count too (XLA's pools); a fork bomb stops here
+MAX_FILE_BYTES = 256 << 20
+INSTALL_HINT = ("bubblewrap (bwrap) is needed to grade in a sandbox: install it with "
+                "`apt-get install bubblewrap` (or run ./course grade --no-sandbox to grade without one)")
+
+# /etc files a Python process and JAX read; the rest of /etc stays out
+ETC = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group",
+       "ssl", "alternatives", "mime.types"]
+
+
+def _roots() -> list:
+    """Read-only binds: the interpreter, the venv, the local packages' source."""
+    import donation_course
+    import donation_lab
+
+    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+             Path(donation_lab.__file__).resolve().parent,  # src/donation_lab
+             Path(donation_course.__file__).resolve().parents[1]}  # autograder/tools
+    return sorted(str(p) for p in paths)
+
+
+def fixed_env(home: str, cache: str = "") -> dict:
+    """The grading kernel's environment, built from scratch: the same in any
+    instructor shell (no JAX_*/XLA_FLAGS, PYTHONWARNINGS or locale of theirs)."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+        "PYTHONWARNINGS": "ignore",  # a warning on stderr would zero a grade cell
+        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": str(Path(sys.prefix)),
+        "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/matplotlib", "JUPYTER_DATA_DIR": "/tmp/jupyter",
+        "JAX_PLATFORMS": "cpu",  # and no JAX_*/XLA_FLAGS but these: a lesson sets its own XLA_FLAGS "TF_CPP_MIN_LOG_LEVEL": "3",
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    }
+    if cache:
+        env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return env
+
+
+def bwrap_argv(cwd: str, scratch: str, runtime: str, extra_ro=()) -> list:
+    """bwrap's command line for a kernel whose working folder is `cwd` (seen
+    inside at the same path, backed by `scratch`) and whose connection file
+    and sockets are in `runtime`."""
+    argv = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "grader",
+            "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        target = os.readlink(f"/{link}") if os.path.islink(f"/{link}") else None
+        if target:
+            argv += ["--symlink", target, f"/{link}"]
+        elif os.path.isdir(f"/{link}"):
+            argv += ["--ro-bind", f"/{link}", f"/{link}"]
+    argv += ["--perms", "0755", "--dir", "/etc"]
+    for name in ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    binds = [*_roots(), *extra_ro]
+    made = {"/", "/usr", "/tmp", "/etc", "/proc", "/dev"}
+    for path in [*binds, cwd, runtime]:  # parents bwrap would make 0700: the kernel's uid must pass them
+        for parent in reversed(Path(path).parents):
+            if str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+    for path in binds:
+        argv += ["--ro-bind", path, path]
+    argv += ["--bind", scratch, cwd, "--bind", runtime, runtime, "--chdir", cwd, "--clearenv"]
+    return argv
+
+
+def probe() -> str:
+    """'' when bwrap can create the sandbox here, else one line saying how to get it."""
+    if shutil.which("bwrap") is None:
+        return INSTALL_HINT
+    try:
+        r = subprocess.run(["bwrap", "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
+                            "--proc", "/proc", "--dev", "/dev", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{INSTALL_HINT}; bwrap could not start here: {exc}"
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["unknown error"])[-1]
+        return (f"{INSTALL_HINT}; bwrap cannot create namespaces here ({why}): allow user namespaces "
+                "(sysctl kernel.unprivileged_userns_clone=1) or run the grader as root")
+    return ""
+
+
+def prepare_scratch(cwd: str, scratch: Path) -> None:
+    """Copy the kernel's working folder into its scratch folder, owned by the sandbox uid."""
+    shutil.copytree(cwd, scratch, dirs_exist_ok=True, symlinks=True)
+    if os.getuid() != 0:  # not root: the kernel keeps the grader's uid (no RLIMIT_NPROC then)
+        return
+    for root, dirs, files in os.walk(scratch):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID)
+    os.chown(scratch, SANDBOX_UID, SANDBOX_UID)
+    os.chmod(scratch, 0o700)

@@ -1,0 +1,250 @@
+"""The grading sandbox (bubblewrap), the static scan and the fixed kernel
+environment: what a grading kernel can reach, what the scan flags (and
+never flags), and that scores do not depend on the instructor's shell."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import make_course
+from donation_course.course import COURSE, ROOT
+from donation_course.grading.scan import scan_notebook, scan_source
+
+sys.path.insert(0, str(ROOT / "tests" / "submissions"))
+import build as corpus  # noqa: E402
+from test_grading import EX, grade, gradebook_scores, read_csv  # noqa: E402
+
+ASSIGNMENT = COURSE.assignment
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+# --- the static scan -------------------------------------------------------------
+
+def test_no_solution_of_the_course_is_flagged():
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        release = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        assert answers, path  # the scan really reads answer cells here
+        assert scan_notebook(nb, path.stem, release) == [], path
+
+
+def test_no_honest_corpus_answer_is_flagged_and_every_tampering_one_is(tmp_path):
+    corpus.build(tmp_path)
+    release = nbformat.read(corpus.LEARNER, as_version=4)
+    for student, (_, _, status, _) in corpus.CASES.items():
+        if status == "invalid":
+            continue
+        nb = nbformat.read(tmp_path / f"{student}_{EX}.ipynb", as_version=4)
+        flags = scan_notebook(nb, EX, release)
+        assert bool(flags) == (status == "flagged"), (student, [str(f) for f in flags])
+
+
+@pytest.mark.parametrize("source", [
+    "import math\nx = math.sqrt(2)\n",
+    "class A:\n    def __init__(self):\n        self.f = jax.jit(lambda s, d: s + d, donate_argnums=0)\n",
+    "n = getattr(state, 'shape')\n",
+    "update_with_donate = jax.jit(lambda s, d: s + d, donate_argnums=(0,))\n",
+    "print(f'{state.dtype} {len(state)}')\n",
+    "def f(a):\n    return a.__len__()\n",
+])
+def test_ordinary_code_is_not_flagged(source):
+    assert scan_source(source) == []
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("import os\n", "imports os"),
+    ("from importlib import reload\n", "imports importlib"),
+    ("import numpy as np\nnp.allclose = lambda *a: True\n", "assigns attribute np.allclose"),
+    ("checks.expect_allclose = print\n", "assigns attribute checks.expect_allclose"),
+    ("del jnp.allclose\n", "deletes attribute"),
+    ("setattr(checks, 'require', print)\n", "setattr"),
+    ("get_ipython().input_transformers_post.append(lambda l: [])\n", "IPython's shell"),
+    ("%env XLA_FLAGS=x\n", "IPython's shell"),
+    ("!cat /etc/passwd\n", "IPython's shell"),
+    ("exec('1')\n", "exec"), ("eval('1')\n", "eval"), ("compile('1', 'f', 'exec')\n", "compile"),
+    ("__import__('os')\n", "__import__"), ("vars(checks)['x'] = 1\n", "vars()"),
+    ("().__class__.__mro__\n", "dunder attribute"), ("f.__globals__\n", "dunder attribute"),
+    ("open('/etc/hosts')\n", "open"), ("x = getattr(jnp, name)\n", "getattr"),
+    ("jax._src.config\n", "private attribute"), ("import ctypes\n", "imports ctypes"),
+    ("import gc\n", "imports gc"), ("import inspect\n", "imports inspect"), ("import signal\n", "imports signal"),
+    ("import psutil\n", "imports psutil"), ("import socket\n", "imports socket"),
+    ("import donation_course.hidden.exercise\n", "imports donation_course"),
+])
+def test_tampering_constructs_are_flagged(source, reason):
+    found = scan_source(source)
+    assert any(reason in r for _, r in found), found
+
+
+def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not():
+    nb = nbformat.read(ROOT / "solutions" / "06_shardings.ipynb", as_version=4)
+    release = nbformat.read(ROOT / "notebooks" / "06_shardings.ipynb", as_version=4)
+    assert scan_notebook(nb, "06", release) == []  # its own `import os` cell is the course's code
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "import os" in c.source)
+    cell.source += "\nos.environ['JAX_ENABLE_X64'] = '1'\n"
+    assert scan_notebook(nb, "06", release)
+
+
+# --- inside a grading kernel -------------------------------------------------------
+
+def run_in_sandbox(tmp_path, code):
+    """Start one grading kernel the way a worker does (kernelspec, ipc,
+    scratch folder) with its working folder in a course, run `code`, return stdout."""
+    script = tmp_path / "k.py"
+    script.write_text(f"""
+import os, sys, tempfile
+from pathlib import Path
+from jupyter_client.manager import KernelManager
+from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_scratch, serve_env
+tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
+os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
+serve_env(tmp + "/w0", True)
+run = new_scratch("alice")
+km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
+km.ip = os.environ["DONATION_LAB_RUNTIME"] + "/kernel-ipc"
+km.start_kernel(cwd=sys.argv[1])
+kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
+out = []
+kc.execute_interactive(sys.argv[2], timeout=60,
+                       output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
+km.shutdown_kernel(now=True)
+import shutil; shutil.rmtree(tmp)
+print("".join(out))
+""")
+    course = make_course(tmp_path / "course")
+    (course / "gradebook.db").write_text("secret grades")
+    bob = course / "submitted" / "bob" / "a"
+    bob.mkdir(parents=True)
+    (bob / "answer.ipynb").write_text("bob's work")
+    cwd = course / "autograded" / "alice" / "a"
+    cwd.mkdir(parents=True)
+    (cwd / "mine.txt").write_text("alice's file")
+    env = {**os.environ, "DONATION_LAB_MEMORY_MB": "3072"}
+    r = subprocess.run([sys.executable, str(script), str(cwd), code], capture_output=True, text=True,
+                       timeout=180, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return course, cwd, r.stdout
+
+
+@needs_bwrap
+def test_a_grading_kernel_reaches_nothing_but_its_own_copy(tmp_path):
+    code = f"""
+import os, socket
+def tryit(label, f):
+    try:
+        f(); print(label, "REACHED")
+    except Exception as e:
+        print(label, "blocked", type(e).__name__)
+course = os.path.dirname(os.path.dirname(os.path.dirname(os.getcwd())))
+tryit("gradebook", lambda: open(os.path.join(course, "gradebook.db")).read())
+tryit("classmate", lambda: os.listdir(os.path.join(course, "submitted", "bob")))
+tryit("course-source", lambda: os.listdir(os.path.join(course, "source")))
+tryit("repo-source", lambda: os.listdir({str(ROOT / 'autograder' / 'source')!r}))
+print("home", sorted(os.listdir("/root")) if os.path.isdir("/root") else [])
+tryit("network", lambda: socket.create_connection(("1.1.1.1", 53), timeout=3))
+tryit("overwrite", lambda: open(os.path.join(course, "gradebook.db"), "w").write("x"))
+print("own-file", open("mine.txt").read())
+open("mine.txt", "w").write("changed in the sandbox")
+print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0])
+"""
+    course, cwd, out = run_in_sandbox(tmp_path, code)
+    # the instructor's home: at most the folder holding the interpreter the venv was made from
+    assert "home []" in out or "home ['.pyenv']" in out, out
+    for label in ("gradebook", "classmate", "course-source", "repo-source", "network", "overwrite"):
+        assert f"{label} blocked" in out, out
+    assert "REACHED" not in out, out
+    assert "own-file alice's file" in out, out
+    assert "uid 65534" in out, out  # not root: RLIMIT_NPROC applies
+    assert "pid1 bwrap" in out or "pid1 /" in out, out  # its own PID namespace: the grader is not in it
+    assert (course / "gradebook.db").read_text() == "secret grades"
+    assert (cwd / "mine.txt").read_text() == "alice's file"  # writes went to the scratch copy
+
+
+# --- through ./course grade -------------------------------------------------------
+
+HOSTILE_ENV = {"PYTHONWARNINGS": "default", "JAX_DEBUG_NANS": "1", "JAX_ENABLE_X64": "1",
+               "XLA_FLAGS": "--xla_force_host_platform_device_count=3", "JAX_DISABLE_JIT": "1",
+               "OMP_NUM_THREADS": "7", "LANG": "tr_TR.UTF-8"}
+SMALL_CLASS = ["partial", "plainwrapper", "overdonate", "nodonate", "transformer"]
+
+
+def live_processes_under(path):
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+        except (psutil.Error, TypeError):
+            continue
+        if str(path) in text and p.pid != os.getpid():
+            found.append((p.pid, text[:200]))
+    return found
+
+
+@needs_bwrap
+def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tmp_path, env):
+    files = tmp_path / "files"
+    corpus.build(files)
+    for f in files.iterdir():
+        if f.name.split("_")[0] not in SMALL_CLASS:
+            f.unlink()
+    nb = nbformat.read(files / f"partial_{EX}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = corpus.PARTIAL + "for i in range(200):\n    print('x' * 100_000)\n"
+    nbformat.write(nb, files / f"flood_{EX}.ipynb")
+    course = make_course(tmp_path / "course")
+    grade({**env, **HOSTILE_ENV}, files, "--course", course, "--workers", "2", "--timeout", "150",
+          "--cell-timeout", "15", "--no-progress")
+    rows = read_csv(course / ".grading" / "grades.csv")
+    for student in SMALL_CLASS:
+        _, score, status, reason = corpus.CASES[student]
+        assert (float(rows[student][EX]), rows[student]["status"]) == (score, status), rows[student]
+        assert reason in rows[student]["reason"], rows[student]
+    assert float(rows["flood"][EX]) == corpus.MAX, rows["flood"]
+    flooded = (course / "autograded" / "flood" / ASSIGNMENT / f"{EX}.ipynb").read_text()
+    assert "output capped by the grader" in flooded and len(flooded) < 4 << 20
+    assert set(gradebook_scores(course)) == set(SMALL_CLASS) | {"flood"}
+    assert live_processes_under(course) == []
+
+
+def test_without_bwrap_grading_stops_with_one_line(tmp_path, env):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(shutil.which("python3") or sys.executable, bindir / "python3")
+    (tmp_path / "subs").mkdir()
+    nbformat.write(nbformat.read(corpus.LEARNER, as_version=4), tmp_path / "subs" / f"ann_{EX}.ipynb")
+    r = grade({**env, "PATH": str(bindir)}, tmp_path / "subs", "--course", make_course(tmp_path / "c"),
+              check=False)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and len(lines) == 1 and "apt-get install bubblewrap" in lines[0], r.stderr
+
+
+def test_feedback_strips_what_learner_code_printed_in_grade_cells_and_server_paths():
+    from nbformat.v4 import new_code_cell, new_output
+
+    from donation_course.grading.feedback import StripHiddenTests
+
+    grade = new_code_cell("### BEGIN HIDDEN TESTS\nh.check_values(f)\n### END HIDDEN TESTS\n")
+    grade.metadata["nbgrader"] = {"grade": True, "grade_id": "g", "points": 1}
+    grade.outputs = [new_output("stream", name="stdout", text="hidden input [0.25, 0.5]\n\u2714 values: ok\n"),
+                     new_output("error", ename="ValueError", evalue="bad /work/course/autograded/x.py",
+                                traceback=["File /work/course/tools/hidden.py line 3"])]
+    answer = new_code_cell("print(1)")
+    answer.outputs = [new_output("stream", name="stdout", text="mine: 1\n"),
+                      new_output("error", ename="OSError", evalue="/srv/course/gradebook.db: denied",
+                                 traceback=["File \"/root/.venv/lib/x.py\", line 1"])]
+    pre = StripHiddenTests()
+    for cell in (grade, answer):
+        pre.preprocess_cell(cell, {}, 0)
+    assert "hidden input" not in grade.outputs[0]["text"] and "\u2714 values: ok" in grade.outputs[0]["text"]
+    assert answer.outputs[0]["text"] == "mine: 1\n"  # the learner's own cell keeps its output
+    text = str(grade.outputs) + str(answer.outputs)
+    for path in ("/work/course", "/srv/course", "/root/.venv"):
+        assert path not in text, text
