@@ -81,7 +81,12 @@ CASES = {
     "unanswered":   ("@as-released", 0, "partial", "NotImplementedError"),
     "malformed":    ("@malformed-json", 0, "invalid", "not valid notebook JSON"),
 }
-CASES = {student: (answer, score if student in NO_CAPSTONE else score + CAPSTONE_POINTS, status, reason)
+# Every case also answers the capstone right (build() fills it in), so it earns
+# the capstone's points too, except where nothing of the notebook can be graded:
+# a dead kernel, an unreadable file, the untouched release, and a flagged
+# notebook (all its grade cells wait for the instructor, with no automatic points).
+CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged" else score + CAPSTONE_POINTS,
+                   status, reason)
          for student, (answer, score, status, reason) in CASES.items()}
 
 
