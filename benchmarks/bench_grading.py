@@ -1,6 +1,6 @@
 """Benchmark `./course grade` against serial `nbgrader autograde`, in one run.
 
-    .venv/bin/python benchmarks/bench_grading.py [--n 40] [--workers N]
+    .venv/instructor/bin/python benchmarks/bench_grading.py [--n 40] [--workers N]
 
 Two figures, both measured here on the same machine in the same run:
   1. throughput: wall time of serial `nbgrader autograde` on N submissions
@@ -137,7 +137,7 @@ def main():
     print(f"\n| figure | value | target |\n|---|---|---|")
     print(f"| throughput vs serial nbgrader | {t_serial / t_par:.2f}x | >= 1.8x |")
     print(f"| per-submission time vs floor | {t_par / t_floor:.2f}x | <= 1.3x |")
-    print(f"\nreproduce: .venv/bin/python benchmarks/bench_grading.py --n {n} --workers {a.workers}")
+    print(f"\nreproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --n {n} --workers {a.workers}")
 
 
 def sandbox_cost(a):
