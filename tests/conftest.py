@@ -1,7 +1,6 @@
 """Shared fixtures: paths, the venv environment, a scratch nbgrader course,
 and a JupyterLab server started through the README's lab command."""
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 
 from donation_course.authoring import scratch_course
 from donation_course.course import venv_env
-from donation_course.course import COURSE, AUTOGRADER, NOTEBOOKS, ROOT, SOLUTIONS
+from donation_course.course import COURSE, NOTEBOOKS, ROOT, SOLUTIONS
 ASSIGNMENT = COURSE.assignment
 SOURCE = COURSE.source
 
@@ -47,6 +46,19 @@ def run(cmd, env, cwd=ROOT, timeout=600, check=True):
         raise AssertionError(
             f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+# Limits for test grading runs: two workers, short per-cell time.
+GRADE_LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "15", "--no-progress"]
+
+
+def grade(env, *args, check=True, cwd=ROOT):
+    """Run `./course grade ARGS` as an instructor would; fail with its output unless check=False."""
+    r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=600)
+    if check and r.returncode != 0:
+        raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
 
 
 def nbgrader(course_dir, *args, env, check=True, timeout=600):

@@ -16,17 +16,15 @@ DONATION_LAB_REFRESH_IMAGES=1).
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-import subprocess
 import sys
 
 from conftest import ROOT, answered_copy, free_port, start_lab, start_server
-from donation_course.course import COURSE, NOTEBOOKS
+from donation_course.course import NOTEBOOKS
 
 pytestmark = pytest.mark.browser
 

@@ -3,11 +3,9 @@ any command gets one clear line, not a traceback."""
 import json
 import shutil
 import socket
-import subprocess
 
-import pytest
 
-from conftest import COURSE_CMD, ROOT, run
+from conftest import COURSE_CMD, run
 from donation_course.course import COURSE, NOTEBOOKS
 
 
@@ -24,7 +22,6 @@ def test_lab_command_serves_the_lessons(lab_server):
     assert status == 200
     names = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
     assert names == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    status, lab_page = 200, None
     _, kernelspecs = lab_server.api("/api/kernelspecs")
     assert "python3" in kernelspecs["kernelspecs"]
 

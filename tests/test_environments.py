@@ -7,7 +7,7 @@ caches), which later runs reuse.
 """
 import pytest
 
-from conftest import COURSE_CMD, ROOT, _load_course_script, grading_code_in_environment
+from conftest import _load_course_script, grading_code_in_environment
 
 pytestmark = pytest.mark.slow
 

@@ -6,10 +6,8 @@ fetch it, answer, and submit (one twice); the instructor collects with
 `--update`, grades nbgrader's own submitted/ with `./course grade`, generates
 and releases feedback; every student fetches their feedback. One id holds
 `_` and `.` (nbgrader's exchange keeps ids exactly; so must the grader)."""
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest

@@ -2,17 +2,14 @@
 always in scratch courses (--course), never in autograder/; plus unit tests of
 the hidden checks, the feedback stripping and the input naming rules."""
 import csv
-import json
 import shutil
-import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from conftest import make_course, nbgrader
+from conftest import GRADE_LIMITS, grade, make_course, nbgrader
 from donation_course.course import COURSE, ROOT
 ASSIGNMENT = COURSE.assignment
 
@@ -21,15 +18,7 @@ import build as corpus  # noqa: E402
 
 COURSE_CMD = ROOT / "course"
 EX = corpus.EXERCISE
-LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "15", "--no-progress"]
-
-
-def grade(env, *args, check=True):
-    r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
-    if check and r.returncode != 0:
-        raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
+LIMITS = GRADE_LIMITS
 
 
 def read_csv(path):

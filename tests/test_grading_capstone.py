@@ -3,12 +3,11 @@
 every case gets its expected score, loses points exactly in the grade cells
 it should, and its feedback never shows the hidden checks' source."""
 import csv
-import subprocess
 import sys
 
 import pytest
 
-from conftest import make_course
+from conftest import GRADE_LIMITS, grade, make_course
 from donation_course.course import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
@@ -24,10 +23,7 @@ def graded(tmp_path_factory, env):
     course = make_course(tmp / "course")
     files = tmp / "corpus"
     corpus.build(files)
-    r = subprocess.run([str(ROOT / "course"), "grade", str(files), "--course", str(course), "--workers", "2",
-                        "--timeout", "150", "--cell-timeout", "15", "--no-progress"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    grade(env, files, "--course", course, *GRADE_LIMITS)
     with open(course / ".grading" / "grades.csv", newline="", encoding="utf-8") as fh:
         return course, {row["student"]: row for row in csv.DictReader(fh)}
 

@@ -10,7 +10,7 @@
 import pytest
 
 from donation_course.execute import run_notebook
-from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
+from donation_course.course import NOTEBOOKS, SOLUTIONS
 
 LESSONS = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
 TAG = "raises-exception"

@@ -4,18 +4,16 @@ penalties as serial `nbgrader autograde` gives them, ambiguous input reported,
 and an interrupted run that leaves nothing behind."""
 import csv
 import datetime as dt
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import zipfile
-from pathlib import Path
 
 import pytest
 
-from conftest import make_course, nbgrader
+from conftest import GRADE_LIMITS, grade, make_course, nbgrader
 from donation_course.course import COURSE, ROOT
 
 ASSIGNMENT = COURSE.assignment
@@ -27,16 +25,8 @@ EX = corpus.EXERCISE
 FULL = corpus.CASES["partial"][1]  # a right answer: the exercise and the capstone
 WRONG = corpus.CASES["wrongvalue"][1]  # the same score for nodonate and wrongvalue
 assert corpus.CASES["nodonate"][1] == WRONG
-LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "15", "--no-progress"]
+LIMITS = GRADE_LIMITS
 DUE = "2024-03-01 12:00:00 UTC"
-
-
-def grade(env, *args, check=True, cwd=ROOT):
-    r = subprocess.run([str(ROOT / "course"), "grade", *map(str, args)], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=600)
-    if check and r.returncode != 0:
-        raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
 
 
 def read_csv(path):

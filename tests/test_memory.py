@@ -1,6 +1,5 @@
 """The memory measurement behind lesson 01 and the explorer."""
 import jax.numpy as jnp
-import pytest
 
 from donation_lab import memory
 from donation_lab.memory import (DEVICE_MEASURE, RSS_MEASURE, DeviceMeter, RssMeter,

@@ -5,8 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import nbformat
 import pytest

@@ -9,7 +9,6 @@ re-check, instead of a grading run that silently slows down or breaks.
 """
 import inspect
 
-import pytest
 
 
 def _version(module):
