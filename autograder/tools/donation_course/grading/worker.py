@@ -73,6 +73,8 @@ def cell_messages(autograded: Path) -> dict:
     """grade_id -> the learner-facing message of that cell's last check line or error."""
     import nbformat
 
+    from .feedback import learner_message
+
     out = {}
     try:
         nb = nbformat.read(autograded, as_version=4)
@@ -85,9 +87,7 @@ def cell_messages(autograded: Path) -> dict:
         message, errored = "", False
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error":
-                ename, evalue = o.get("ename", ""), str(o.get("evalue", ""))
-                message = (evalue if ename in ("HiddenCheckFailed", "CheckFailed", "AssertionError")
-                           else f"{ename}: {evalue}".rstrip(": "))
+                message = learner_message(o)  # the same rule as the feedback HTML's
                 errored = True
             elif o.get("output_type") == "stream" and o.get("name") == "stdout" and not errored:
                 lines = [ln for ln in o.get("text", "").splitlines() if ln.startswith("\u2714")]
