@@ -193,8 +193,8 @@ def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tm
         if f.name.split("_")[0] not in SMALL_CLASS:
             f.unlink()
     nb = nbformat.read(files / f"partial_{EX}.ipynb", as_version=4)
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
+    for cell in nb.cells:  # update_with_donate's answer floods; the capstone stays answered
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
             cell.source = corpus.PARTIAL + "for i in range(200):\n    print('x' * 100_000)\n"
     nbformat.write(nb, files / f"flood_{EX}.ipynb")
     course = make_course(tmp_path / "course")
