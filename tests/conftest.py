@@ -61,6 +61,27 @@ def grade(env, *args, check=True, cwd=ROOT):
     return r
 
 
+def read_grades(path) -> dict:
+    """grades.csv as {student: row}; a student listed twice fails the test."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    ids = [r["student"] for r in rows]
+    assert len(ids) == len(set(ids)), f"a student appears twice in {path}: {ids}"
+    return {r["student"]: r for r in rows}
+
+
+def grade_corpus(tmp: Path, build, env):
+    """Build a corpus of submissions (build(folder)) as a flat LMS folder and
+    grade it once with ./course grade in a scratch course under `tmp`;
+    return (course, files, the command's result)."""
+    course = make_course(tmp / "course")
+    files = tmp / "corpus"
+    build(files)
+    return course, files, grade(env, files, "--course", course, *GRADE_LIMITS)
+
+
 def nbgrader(course_dir, *args, env, check=True, timeout=600):
     return run([sys.executable, "-m", "nbgrader", *args], env=env, cwd=course_dir,
                check=check, timeout=timeout)

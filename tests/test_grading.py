@@ -1,7 +1,6 @@
 """`./course grade` end to end on the submissions corpus (tests/submissions/),
 always in scratch courses (--course), never in autograder/; plus unit tests of
 the hidden checks, the feedback stripping and the input naming rules."""
-import csv
 import shutil
 import sys
 import zipfile
@@ -9,7 +8,7 @@ import zipfile
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, grade, make_course, nbgrader
+from conftest import GRADE_LIMITS, grade, grade_corpus, make_course, nbgrader, read_grades
 from donation_course.course import COURSE, ROOT
 ASSIGNMENT = COURSE.assignment
 
@@ -21,9 +20,7 @@ EX = corpus.EXERCISE
 LIMITS = GRADE_LIMITS
 
 
-def read_csv(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        return {row["student"]: row for row in csv.DictReader(fh)}
+read_csv = read_grades  # also fails on a student listed twice
 
 
 def gradebook_scores(course):
@@ -37,12 +34,7 @@ def gradebook_scores(course):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, env):
     """The whole corpus graded once, as a flat LMS folder, in a scratch course."""
-    tmp = tmp_path_factory.mktemp("grading")
-    course = make_course(tmp / "course")
-    files = tmp / "corpus"
-    corpus.build(files)
-    result = grade(env, files, "--course", course, *LIMITS)
-    return course, files, result
+    return grade_corpus(tmp_path_factory.mktemp("grading"), corpus.build, env)
 
 
 # --- the corpus, end to end ---------------------------------------------------

@@ -2,12 +2,11 @@
 (scratch course, 2 workers) on its corpus (tests/submissions/capstone.py):
 every case gets its expected score, loses points exactly in the grade cells
 it should, and its feedback never shows the hidden checks' source."""
-import csv
 import sys
 
 import pytest
 
-from conftest import GRADE_LIMITS, grade, make_course
+from conftest import grade_corpus, read_grades
 from donation_course.course import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
@@ -19,13 +18,8 @@ GRADE_IDS = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, env):
-    tmp = tmp_path_factory.mktemp("capstone")
-    course = make_course(tmp / "course")
-    files = tmp / "corpus"
-    corpus.build(files)
-    grade(env, files, "--course", course, *GRADE_LIMITS)
-    with open(course / ".grading" / "grades.csv", newline="", encoding="utf-8") as fh:
-        return course, {row["student"]: row for row in csv.DictReader(fh)}
+    course, _, _ = grade_corpus(tmp_path_factory.mktemp("capstone"), corpus.build, env)
+    return course, read_grades(course / ".grading" / "grades.csv")
 
 
 def test_the_capstone_is_worth_capstone_max():

@@ -2,7 +2,6 @@
 (flat and with folders, zipped or not), nbgrader's own state kept intact, late
 penalties as serial `nbgrader autograde` gives them, ambiguous input reported,
 and an interrupted run that leaves nothing behind."""
-import csv
 import datetime as dt
 import shutil
 import signal
@@ -13,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import GRADE_LIMITS, grade, make_course, nbgrader
+from conftest import GRADE_LIMITS, grade, make_course, nbgrader, read_grades
 from donation_course.course import COURSE, ROOT
 
 ASSIGNMENT = COURSE.assignment
@@ -29,12 +28,7 @@ LIMITS = GRADE_LIMITS
 DUE = "2024-03-01 12:00:00 UTC"
 
 
-def read_csv(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    ids = [r["student"] for r in rows]
-    assert len(ids) == len(set(ids)), f"a student appears twice in {path}: {ids}"
-    return {r["student"]: r for r in rows}
+read_csv = read_grades
 
 
 def gradebook(course):
