@@ -305,8 +305,7 @@ class Run:
         self.save_state()
 
     def collect(self, workdir: Path):
-        from nbgrader.api import Gradebook
-
+        """Find every submission (before nbgrader runs: bad input fails in a moment)."""
         src = self.args.submissions
         self.found, self.preset = collect(src.resolve() if src.exists() else src, self.C.notebooks, self.A,
                                           workdir, lms=self.args.lms, regex=self.args.name_regex)
@@ -315,6 +314,10 @@ class Run:
         for line in self.found.problems:
             self.say(f"problem: {line}")
         self.failed = bool(self.found.problems)
+
+    def read_gradebook(self):
+        from nbgrader.api import Gradebook
+
         with Gradebook(self.C.db_url, self.C.course_id) as gb:
             a = gb.find_assignment(self.A)
             self.duedate = a.duedate
@@ -485,8 +488,9 @@ def main(argv) -> int:
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     run = Run(args, say)
     with run_lock(run.state_path.parent), tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work:
-        run.prepare()
         run.collect(Path(work))
+        run.prepare()
+        run.read_gradebook()
         run.plan()
         run.stage()
         run.backup()
