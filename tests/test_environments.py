@@ -29,3 +29,30 @@ def test_instructor_environment_has_the_grading_tools(course_script):
     found = grading_code_in_environment(python, env)
     assert "donation_course" in found["importable"], found
     assert any(f.endswith("hidden/exercise.py") for f in found["files"]), found
+
+
+SLOW_IMPORT_PROBE = """
+import importlib.util, json, sys
+import nbformat  # imports jsonschema's format checkers, as every nbgrader and Jupyter process does
+print(json.dumps({"installed": importlib.util.find_spec("rfc3987_syntax") is not None,
+                  "imported": "rfc3987_syntax" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("name", ["learner", "instructor"])
+def test_no_environment_pays_for_rfc3987_syntax_at_import(course_script, name, tmp_path):
+    """binder/drop-slow-imports ran: nbformat's import does not build
+    rfc3987-syntax's parsers (about 1.5 s of CPU per process). The other side:
+    with such a package on the path, the same probe sees jsonschema import it."""
+    import json
+    import subprocess
+
+    python, env = course_script.ensure_venv(name)
+    probe = lambda extra: json.loads(subprocess.run(  # noqa: E731
+        [str(python), "-c", SLOW_IMPORT_PROBE], env={**env, **extra}, capture_output=True, text=True,
+        check=True).stdout)
+    assert probe({}) == {"installed": False, "imported": False}
+    fake = tmp_path / "rfc3987_syntax"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("def is_valid_syntax(*a, **k):\n    return True\n")
+    assert probe({"PYTHONPATH": str(tmp_path)}) == {"installed": True, "imported": True}
