@@ -34,6 +34,31 @@ def _load_course_script():
 free_port = _load_course_script().free_port
 
 
+# --- running on two processes (pytest-xdist; addopts in pyproject.toml) ----------
+#
+# A test is a unit of work on its own, except in these files, whose tests share
+# an expensive fixture (a graded corpus, a built environment, a browser, the
+# generated course): each unit named here runs on one worker, so the fixture
+# is built once. (xdist's own `--dist loadgroup` does not group on pytest
+# 9.2: pytest-xdist issue #1386.)
+SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
+                        "test_binder.py": "binder", "test_browser.py": "browser",
+                        "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        """Units of work as above; the largest go first (xdist's order for scopes)."""
+
+        def _split_scope(self, nodeid):
+            unit = SHARED_FIXTURE_UNITS.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+            return unit or nodeid
+
+    return SharedFixtureScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def env():
     """Environment for subprocesses: the venv's bin/ first on PATH."""
@@ -70,6 +95,15 @@ def read_grades(path) -> dict:
     ids = [r["student"] for r in rows]
     assert len(ids) == len(set(ids)), f"a student appears twice in {path}: {ids}"
     return {r["student"]: r for r in rows}
+
+
+def gradebook_scores(course) -> dict:
+    """{student: {notebook: score}} as the course's nbgrader gradebook holds them."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {s.student.id: {nb.name: nb.score for nb in s.notebooks}
+                for s in gb.find_assignment(ASSIGNMENT).submissions}
 
 
 def grade_corpus(tmp: Path, build, env):

@@ -1,0 +1,119 @@
+"""`./course grade` end to end on the submissions corpus (tests/submissions/),
+graded once as a flat LMS folder in a scratch course (the module's fixture;
+conftest.SHARED keeps these tests on one xdist worker): every case's score
+and reason, the gradebook, the feedback pages, --only-changed, and serial
+nbgrader's scores on the same files."""
+import shutil
+import sys
+
+import nbformat
+import pytest
+
+from conftest import GRADE_LIMITS, grade, grade_corpus, gradebook_scores, make_course, nbgrader, read_grades
+from donation_course.course import COURSE, ROOT
+
+ASSIGNMENT = COURSE.assignment
+
+sys.path.insert(0, str(ROOT / "tests" / "submissions"))
+import build as corpus  # noqa: E402
+
+EX = corpus.EXERCISE
+LIMITS = GRADE_LIMITS
+read_csv = read_grades  # also fails on a student listed twice
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, env):
+    """The whole corpus graded once, as a flat LMS folder, in a scratch course:
+    (course, files, result, the gradebook's scores as this run left them)."""
+    course, files, result = grade_corpus(tmp_path_factory.mktemp("grading"), corpus.build, env)
+    return course, files, result, gradebook_scores(course)
+
+
+# --- the corpus, end to end ---------------------------------------------------
+
+@pytest.mark.parametrize("student", sorted(corpus.CASES))
+def test_each_submission_gets_its_expected_score_and_reason(graded, student):
+    course, *_ = graded
+    rows = read_csv(course / ".grading" / "grades.csv")
+    _, score, status, reason = corpus.CASES[student]
+    row = rows[student]
+    assert float(row[EX]) == score, row
+    assert row["status"] == status, row
+    assert reason in row["reason"], row
+    if score < corpus.MAX:
+        assert row["reason"], f"{student} lost points but the CSV says not why"
+    assert (course / ".grading" / "feedback" / f"{student}.html").exists()
+
+
+def test_gradebook_holds_every_student_with_the_csv_scores(graded):
+    course, *_ = graded
+    rows = read_csv(course / ".grading" / "grades.csv")
+    scores = gradebook_scores(course)
+    assert set(scores) == set(corpus.CASES)
+    for student, nbs in scores.items():
+        assert nbs[EX] == float(rows[student][EX]), student
+    assert list(course.glob("gradebook.db.bak-*")), "no backup was made before writing"
+
+
+def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
+    course, *_ = graded
+    pages = list((course / "feedback").rglob("*.html")) + list((course / ".grading" / "feedback").rglob("*.html"))
+    assert len(pages) > len(corpus.CASES)
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for secret in ("BEGIN HIDDEN TESTS", "_dl_hidden.check", "check_values", "check_real_donation",
+                       "restore_helpers", "grading/hidden.py", "HiddenCheckFailed"):
+            assert secret not in text, f"{page} shows {secret!r}"
+    nodonate = (course / "feedback" / "nodonate" / ASSIGNMENT / f"{EX}.html").read_text(encoding="utf-8")
+    assert "still alive" in nodonate and "values:" in nodonate  # the learner messages stay
+    summary = (course / ".grading" / "feedback" / "nodonate.html").read_text(encoding="utf-8")
+    for grade_id in ("ex-example", "ex-donated", "ex-values", "ex-buffer-reuse", "ex-training-loop"):
+        assert grade_id in summary
+    assert "fail" in summary and "pass" in summary
+
+
+def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env):
+    course, files, *_ = graded
+    before = read_csv(course / ".grading" / "grades.csv")
+    r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
+    assert "graded 0 submission(s)" in r.stdout, r.stdout
+    assert read_csv(course / ".grading" / "grades.csv") == before
+    # nodonate fixes the answer and submits again
+    path = files / f"nodonate_{EX}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
+            cell.source = corpus.PARTIAL
+    nbformat.write(nb, path)
+    r = grade(env, files, "--course", course, "--only-changed", *LIMITS)
+    assert "graded 1 submission(s)" in r.stdout, r.stdout
+    after = read_csv(course / ".grading" / "grades.csv")
+    assert float(after["nodonate"][EX]) == corpus.MAX
+    assert {s: row for s, row in after.items() if s != "nodonate"} == \
+        {s: row for s, row in before.items() if s != "nodonate"}
+    assert gradebook_scores(course)["nodonate"][EX] == corpus.MAX
+
+
+# --- parallel == serial nbgrader ------------------------------------------------
+
+# (not "tamperer": ./course grade flags it before its kernel starts, serial nbgrader cannot)
+SERIAL = ["partial", "lambda", "nodonate", "wrongvalue", "wrongarg", "syntax", "edited"]
+
+
+def test_parallel_grading_gives_the_same_scores_as_serial_nbgrader_autograde(graded, tmp_path, env):
+    """Serial `nbgrader autograde` on the corpus's files, in nbgrader's own
+    layout, gives what the parallel, sandboxed run of the corpus gave."""
+    files = tmp_path / "files"
+    corpus.build(files)  # afresh: a test of the shared run edits its copy
+    serial = make_course(tmp_path / "serial")
+    nbgrader(serial, "generate_assignment", ASSIGNMENT, "--force", env=env)
+    for student in SERIAL:
+        dest = serial / "submitted" / student / ASSIGNMENT
+        dest.mkdir(parents=True)
+        shutil.copy(files / f"{student}_{EX}.ipynb", dest / f"{EX}.ipynb")
+    nbgrader(serial, "autograde", ASSIGNMENT, "--force", env=env)
+    ours = {s: scores for s, scores in graded[3].items() if s in SERIAL}
+    theirs = gradebook_scores(serial)
+    diff = {s: (ours.get(s), theirs.get(s)) for s in set(ours) | set(theirs) if ours.get(s) != theirs.get(s)}
+    assert not diff, f"parallel vs serial: {diff}"
