@@ -43,6 +43,27 @@ def test_donation_request_of_a_plain_function_is_read_from_what_a_call_does():
     assert not x.is_deleted()  # the caller's arrays are never donated
 
 
+def test_a_hand_deleted_input_is_not_a_donation():
+    """`x.delete()` after computing the result deletes the input too, but no
+    buffer is reused (the memory donation saves is spent): neither the request
+    check of a plain function nor expect_in_place takes it for a donation."""
+    def fake(p, g):
+        out = p - 0.5 * g
+        p.delete()
+        return out
+
+    x = jnp.ones(3)
+    assert checks.donation_request(fake, x, x) == ((False, False), {})
+    with pytest.raises(checks.CheckFailed, match="no output is in the buffer of argument 0"):
+        checks.expect_in_place("fake", fake, (x, x))
+    real = jax.jit(lambda p, g: p - 0.5 * g, donate_argnums=0)
+    checks.expect_in_place("real", real, (x, x))
+    checks.expect_in_place("a wrapper", lambda p, g: real(p, g), (x, x))
+    with pytest.raises(checks.CheckFailed, match="argument 1"):
+        checks.expect_in_place("real", real, (x, x), argnum=1)
+    assert not x.is_deleted()  # fresh copies only
+
+
 def test_expect_donation_request_catches_a_donation_jax_could_not_use(capsys):
     over = jax.jit(lambda state, delta: state + delta, donate_argnums=(0, 1))
     state, delta = jnp.ones(2), jnp.ones(2)

@@ -130,6 +130,51 @@ def test_default_filters_show_a_text_once_even_for_another_function():
     assert texts == [f"{NOT_USABLE}: float32[1,13].", f"{NOT_USABLE}: float32[1,14]."]
 
 
+def test_any_change_to_the_filters_shows_the_same_text_again():
+    """Once per text holds only until the filters change (l3-once2): then the
+    same text, from another function, is shown again."""
+    spec = (jax.ShapeDtypeStruct((1, 15), jnp.float32), jax.ShapeDtypeStruct((2, 15), jnp.float32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        jax.jit(lambda a, b: a + b, donate_argnums=0).lower(*spec)
+        jax.jit(lambda a, b: a * b, donate_argnums=0).lower(*spec)    # same text: not shown
+        warnings.filterwarnings("ignore", message="matches nothing")
+        jax.jit(lambda a, b: a - b, donate_argnums=0).lower(*spec)    # same text, filters changed: shown
+    assert [str(w.message).splitlines()[0] for w in caught] == [f"{NOT_USABLE}: float32[1,15]."] * 2
+
+
+def test_xla_logs_a_deleted_buffer_read_on_stderr_with_the_date_not_a_code():
+    """The red lines of l2-read3 and l3-ref3: glog's severity letter E, then
+    the month and day (MMDD), then the time; the same read of a live array
+    logs nothing."""
+    import datetime as dt
+    import re
+
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+        x = jnp.ones(5); x * 3                      # the fast path now exists for float32[5]
+        live = jnp.ones(5); live * 3                # a live read: no log line
+        print("LIVE-DONE", flush=True)
+        import sys; sys.stderr.write("LIVE-DONE\\n"); sys.stderr.flush()
+        donate(x)
+        try:
+            x * 3
+        except ValueError:
+            pass
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, _, after = r.stderr.partition("LIVE-DONE")
+    assert "ExecutePrepareWithOomRetries" not in before
+    line = next(ln for ln in after.splitlines() if "ExecutePrepareWithOomRetries failed" in ln)
+    m = re.match(r"E(\d{2})(\d{2}) \d{2}:\d{2}:\d{2}\.\d+ ", line)
+    assert m, line
+    today = dt.datetime.now()
+    days = {(d.month, d.day) for d in (today, today - dt.timedelta(days=1))}  # a run across midnight
+    assert (int(m.group(1)), int(m.group(2))) in days, line
+
+
 # ---- lesson 3: closures, keep_unused, delete(), static (l3-closure .. l3-static) ----
 
 def test_closed_over_constants_are_never_donated_arguments_are():

@@ -73,6 +73,30 @@ def expect_deleted(what: str, array, hint: str = "") -> None:
     passed(f"{what} was donated (is_deleted() is True)")
 
 
+def _pointers(tree) -> set:
+    import jax
+
+    return {leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(tree)
+            if isinstance(leaf, jax.Array) and not leaf.is_deleted()}
+
+
+def expect_in_place(what: str, fn, args, argnum: int = 0, hint: str = "") -> None:
+    """Pass when `fn(*args)` writes its result into the buffer of argument
+    `argnum`: the donation was used, which a deleted input alone does not show
+    (`x.delete()` deletes too, and saves nothing). Runs on fresh copies of
+    `args`, so the caller's arrays are left as they are."""
+    import jax
+
+    fresh = [jax.device_put(np.array(a)) for a in args]
+    before = fresh[argnum].unsafe_buffer_pointer()
+    out = jax.block_until_ready(fn(*fresh))
+    if before not in _pointers(out):
+        raise CheckFailed(f"{what}: no output is in the buffer of argument {argnum}, so no buffer was reused "
+                          "(a deleted input is not enough: the memory is only saved when the result takes "
+                          "its place)." + (f"\nHint: {hint}" if hint else ""))
+    passed(f"{what} puts its result in the buffer of argument {argnum} (the donation was used)")
+
+
 def require(*names: str) -> None:
     """Fail with a plain 'not answered yet' when an answer cell has not defined
     `names` (instead of a NameError from the first line that uses them)."""
@@ -107,9 +131,11 @@ def _observed_request(fn, *args, **kwargs):
     (a plain function around one, say): call it on fresh copies of the
     arguments, with JAX's compilation caches cleared so the 'Some donated
     buffers were not usable' warning (given at lowering, once per program)
-    shows again, and read what happened. A deleted argument was donated; when
-    JAX warns that a donated buffer was not usable, every argument left alive
-    counts as requested (JAX does not say which one it was)."""
+    shows again, and read what happened. An argument was donated when it is
+    deleted AND an output took its buffer (deleting it by hand, `x.delete()`,
+    does not count); when JAX warns that a donated buffer was not usable,
+    every argument left alive counts as requested (JAX does not say which
+    one it was)."""
     import warnings
 
     import jax
@@ -118,12 +144,18 @@ def _observed_request(fn, *args, **kwargs):
         raise CheckFailed(f"this should be a function, got {type(fn).__name__}.")
     copy = lambda a: jax.device_put(np.array(a)) if isinstance(a, jax.Array) else a  # noqa: E731
     pos, kw = [copy(a) for a in args], {k: copy(v) for k, v in kwargs.items()}
+    before = {id(a): a.unsafe_buffer_pointer() for a in [*pos, *kw.values()] if isinstance(a, jax.Array)}
     jax.clear_caches()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        jax.block_until_ready(fn(*pos, **kw))
+        reused = _pointers(jax.block_until_ready(fn(*pos, **kw)))
     unusable = any("donated buffers were not usable" in str(w.message) for w in caught)
-    requested = lambda a: isinstance(a, jax.Array) and (a.is_deleted() or unusable)  # noqa: E731
+
+    def requested(a):
+        if not isinstance(a, jax.Array):
+            return False
+        return (a.is_deleted() and before[id(a)] in reused) or (unusable and not a.is_deleted())
+
     return tuple(requested(a) for a in pos), {k: requested(v) for k, v in kw.items()}
 
 

@@ -46,7 +46,7 @@ CASES = {
     "overwrapper":  ("_step = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n\n"
                      "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 8, "partial", "delta"),
     "manualdelete": ("def update_with_donate(state, delta):\n    out = state + delta\n    state.delete()\n    return out\n",
-                     8, "partial", "new buffer"),
+                     6, "partial", "new buffer"),
     "copying":      ("@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n"
                      "    return jnp.array(state + delta, copy=True)\n", 10, "ok", ""),
     # broken
