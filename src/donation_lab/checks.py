@@ -80,6 +80,15 @@ def _pointers(tree) -> set:
             if isinstance(leaf, jax.Array) and not leaf.is_deleted()}
 
 
+def _owned_copy(a):
+    """A copy of `a` in a buffer XLA allocated. (Not jax.device_put of a NumPy
+    array: that may wrap the NumPy memory, which a donation then deletes but
+    no output can take, depending on its alignment.)"""
+    import jax.numpy as jnp
+
+    return jnp.copy(jnp.asarray(a))
+
+
 def expect_in_place(what: str, fn, args, argnum: int = 0, hint: str = "") -> None:
     """Pass when `fn(*args)` writes its result into the buffer of argument
     `argnum`: the donation was used, which a deleted input alone does not show
@@ -87,7 +96,7 @@ def expect_in_place(what: str, fn, args, argnum: int = 0, hint: str = "") -> Non
     `args`, so the caller's arrays are left as they are."""
     import jax
 
-    fresh = [jax.device_put(np.array(a)) for a in args]
+    fresh = [_owned_copy(a) for a in args]
     before = fresh[argnum].unsafe_buffer_pointer()
     out = jax.block_until_ready(fn(*fresh))
     if before not in _pointers(out):
@@ -142,7 +151,7 @@ def _observed_request(fn, *args, **kwargs):
 
     if not callable(fn):
         raise CheckFailed(f"this should be a function, got {type(fn).__name__}.")
-    copy = lambda a: jax.device_put(np.array(a)) if isinstance(a, jax.Array) else a  # noqa: E731
+    copy = lambda a: _owned_copy(a) if isinstance(a, jax.Array) else a  # noqa: E731
     pos, kw = [copy(a) for a in args], {k: copy(v) for k, v in kwargs.items()}
     before = {id(a): a.unsafe_buffer_pointer() for a in [*pos, *kw.values()] if isinstance(a, jax.Array)}
     jax.clear_caches()

@@ -149,6 +149,11 @@ def check_values(train_step, init_opt_state) -> None:
     _ok(check, "three chained steps match the reference (params, momentum, count and loss).")
 
 
+def _fresh_state(w, b):
+    """params and opt_state (zero momentum, count 0) as new device arrays."""
+    return _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+
+
 def check_deleted(train_step, init_opt_state) -> None:
     """Every leaf of params and opt_state is deleted after a step; x and y are not;
     and the compiled step asks to donate exactly those leaves."""
@@ -157,7 +162,7 @@ def check_deleted(train_step, init_opt_state) -> None:
     _require(check, train_step=train_step)
     with _quiet():
         x, y, w, b = _data(12)
-        params, opt = _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+        params, opt = _fresh_state(w, b)
         xd, yd = _device(x), _device(y)
         _block(_step(check, train_step, params, opt, xd, yd))
         alive = [f"params{_keystr(p)}" for p, leaf in _leaves(params) if not leaf.is_deleted()]
@@ -171,7 +176,7 @@ def check_deleted(train_step, init_opt_state) -> None:
         lower = getattr(train_step, "lower", None)
         if lower is None:
             _fail(check, "train_step should be compiled with jax.jit (it has no .lower).")
-        spec = _params(w, b), _opt(w, b, w * 0, b * 0, 0), _device(x), _device(y)
+        spec = *_fresh_state(w, b), _device(x), _device(y)
         positional, keyword = lower(*spec).args_info
         flags = [leaf.donated for leaf in _tree_leaves((positional, keyword))]
         # params (2 leaves) and opt_state (3 leaves) first, then x and y
@@ -188,9 +193,9 @@ def check_reuse(train_step, init_opt_state) -> None:
     _require(check, train_step=train_step)
     with _quiet():
         x, y, w, b = _data(13)
-        params, opt = _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+        params, opt = _fresh_state(w, b)
         _step(check, train_step, params, opt, _device(x), _device(y))  # compile
-        params, opt = _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+        params, opt = _fresh_state(w, b)
         before = {f"params{_keystr(p)}": leaf.unsafe_buffer_pointer() for p, leaf in _leaves(params)}
         before.update({f"opt_state{_keystr(p)}": leaf.unsafe_buffer_pointer() for p, leaf in _leaves(opt)})
         out = _step(check, train_step, params, opt, _device(x), _device(y))
@@ -251,10 +256,10 @@ def check_nan_hunt(hunt_nans, train_step, init_opt_state) -> None:
     _require(check, hunt_nans=hunt_nans, train_step=train_step)
     with _quiet():
         x, y, w, b = _data(15)
-        _block(_step(check, train_step, _params(w, b), _opt(w, b, w * 0, b * 0, 0), _device(x), _device(y)))
+        _block(_step(check, train_step, *_fresh_state(w, b), _device(x), _device(y)))
         bad = x.copy()
         bad[0, 0] = float("nan")
-        params, opt = _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+        params, opt = _fresh_state(w, b)
         stdout = _StringIO()
         try:
             with contextlib.redirect_stdout(stdout):
@@ -276,7 +281,7 @@ def check_nan_hunt(hunt_nans, train_step, init_opt_state) -> None:
             healthy = hunt_nans(params, opt, _device(x), _device(y))
         if healthy is not None:
             _fail(check, f"on a healthy batch, hunt_nans should return None, got {healthy!r}.")
-        params, opt = _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+        params, opt = _fresh_state(w, b)
         _block(_step(check, train_step, params, opt, _device(x), _device(y)))
         if not all(leaf.is_deleted() for leaf in _tree_leaves((params, opt))):
             _fail(check, "after hunt_nans, train_step no longer donates: it still runs the program "
@@ -292,7 +297,7 @@ def check_loop(train_step, init_opt_state, steps: int = 30) -> None:
     with _quiet():
         x, y, w, b = _data(16)
         xd, yd = _device(x), _device(y)
-        params, opt = _params(w, b), _opt(w, b, w * 0, b * 0, 0)
+        params, opt = _fresh_state(w, b)
         params, opt, loss = _step(check, train_step, params, opt, xd, yd)  # compile
         _block((params, opt))
         del loss
