@@ -6,10 +6,10 @@ import datetime as dt
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import zipfile
 
+import nbformat
 import pytest
 
 from conftest import GRADE_LIMITS, grade, make_course, nbgrader, read_grades
@@ -17,8 +17,7 @@ from donation_course.course import COURSE, ROOT
 
 ASSIGNMENT = COURSE.assignment
 NBS = COURSE.notebooks
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import build as corpus  # noqa: E402
+from donation_course.corpus import exercise as corpus
 
 EX = corpus.EXERCISE
 FULL = corpus.CASES["partial"][1]  # a right answer: the exercise and the capstone
@@ -325,6 +324,13 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     export.mkdir()
     for i, key in enumerate(("partial", "nodonate", "wrongvalue", "lambda", "wrongarg", "argnames")):
         shutil.copy(files / f"{key}_{EX}.ipynb", export / f"s{i}_{EX}.ipynb")
+    # s0, graded first, ends its answer cell by sleeping past the cell time
+    # limit (full marks, no CPU): however slow this machine, the run is
+    # still going when the first other student's row is in and Ctrl-C comes.
+    sleeper = nbformat.read(export / f"s0_{EX}.ipynb", as_version=4)
+    answer = next(c for c in sleeper.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer")
+    answer.source += "\nimport time\ntime.sleep(600)\n"
+    nbformat.write(sleeper, export / f"s0_{EX}.ipynb")
     archive = _zip(export, tmp_path / "export.zip")
     course = make_course(tmp_path / "course")
     tmpdir = tmp_path / "tmpdir"

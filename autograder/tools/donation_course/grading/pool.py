@@ -141,5 +141,9 @@ def run_pool(students, course, args, cell_timeout, on_result, progress):
                                    "reason": f"grading took longer than {args.timeout} s (whole-submission "
                                    "time limit); no score could be recorded"})
                         progress()
+        except KeyboardInterrupt:  # Ctrl-C: stop now, not after each worker's student
+            for slot in pool.slots:
+                pool.kill(slot)
+            raise
         finally:
             pool.close()

@@ -241,6 +241,16 @@ def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_
     os.environ["JUPYTER_PATH"] = kernel_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     serve_env(tmp, sandbox)
+    if tmp:
+        # Temporary files of this process (jupyter_client writes each kernel's
+        # connection file with mkstemp) go under the run's scratch folder,
+        # which the grader removes however the run ends: a worker killed
+        # mid-student (Ctrl-C, time limit) leaves nothing in the user's TMPDIR.
+        import tempfile
+
+        own_tmp = Path(tmp + "-tmp")
+        own_tmp.mkdir(parents=True, exist_ok=True)
+        os.environ["TMPDIR"] = tempfile.tempdir = str(own_tmp)
     if compile_cache:
         use_compile_cache(compile_cache)
     course_p = Path(course)
