@@ -22,7 +22,6 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,8 +30,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import build as corpus  # noqa: E402
+from donation_course.corpus import exercise as corpus
 
 from donation_course.course import nbgrader_command, venv_env  # noqa: E402
 from donation_course.course import COURSE  # noqa: E402

@@ -15,7 +15,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import nbformat
@@ -23,7 +22,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from donation_course.execute import run_notebook
 from donation_lab.memory import MiB, compare_donation, elements_for_mib
-from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
+from donation_course.course import NOTEBOOKS, SOLUTIONS
 
 LESSON_TARGET_S = 20
 COURSE_TARGET_S = 120

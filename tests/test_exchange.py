@@ -17,8 +17,7 @@ from donation_course.course import COURSE, ROOT
 
 ASSIGNMENT = COURSE.assignment
 EX = COURSE.exercise
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import build as corpus  # noqa: E402
+from donation_course.corpus import exercise as corpus
 
 STUDENTS = ("ann", "jane_doe", "j.smith")
 

@@ -1,16 +1,11 @@
 """The capstone of notebook 7 graded end to end through `./course grade`
-(scratch course, 2 workers) on its corpus (tests/submissions/capstone.py):
+(scratch course, 2 workers) on its corpus (donation_course/corpus/capstone.py):
 every case gets its expected score, loses points exactly in the grade cells
 it should, and its feedback never shows the hidden checks' source."""
-import sys
-
 import pytest
 
 from conftest import grade_corpus, read_grades
-from donation_course.course import ROOT
-
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import capstone as corpus  # noqa: E402
+from donation_course.corpus import capstone as corpus
 
 GRADE_IDS = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-untied", "cap-nan-hunt",
              "cap-loop"]

@@ -1,21 +1,20 @@
-"""`./course grade` end to end on the submissions corpus (tests/submissions/),
-graded once as a flat LMS folder in a scratch course (the module's fixture;
-conftest.SHARED keeps these tests on one xdist worker): every case's score
+"""`./course grade` end to end on the exercise's corpus
+(donation_course/corpus/exercise.py), graded once as a flat LMS folder in a
+scratch course (the module's fixture; conftest.SHARED_FIXTURE_UNITS keeps
+these tests on one xdist worker): every case's score
 and reason, the gradebook, the feedback pages, --only-changed, and serial
 nbgrader's scores on the same files."""
 import shutil
-import sys
 
 import nbformat
 import pytest
 
 from conftest import GRADE_LIMITS, grade, grade_corpus, gradebook_scores, make_course, nbgrader, read_grades
-from donation_course.course import COURSE, ROOT
+from donation_course.course import COURSE
 
 ASSIGNMENT = COURSE.assignment
 
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import build as corpus  # noqa: E402
+from donation_course.corpus import exercise as corpus
 
 EX = corpus.EXERCISE
 LIMITS = GRADE_LIMITS

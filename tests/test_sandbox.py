@@ -13,8 +13,7 @@ from conftest import make_course
 from donation_course.course import COURSE, ROOT
 from donation_course.grading.scan import scan_notebook, scan_source
 
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import build as corpus  # noqa: E402
+from donation_course.corpus import exercise as corpus
 from test_grading import EX, grade, gradebook_scores, read_csv  # noqa: E402
 
 ASSIGNMENT = COURSE.assignment

@@ -3,15 +3,14 @@ exercise answered correctly (10 points) and the capstone answered right or
 wrong. The expected capstone score of each case is in CASES (out of
 CAPSTONE_MAX); a case's total is EXERCISE_POINTS + its capstone score.
 
-    python tests/submissions/capstone.py DEST   # writes DEST/<student>_07_update_with_donate.ipynb
+    python -m donation_course.corpus.capstone DEST   # writes DEST/<student>_<notebook>.ipynb
 """
 import sys
 from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build as exercise_corpus  # noqa: E402
+from . import exercise as exercise_corpus
 
 LEARNER = exercise_corpus.LEARNER
 EXERCISE = exercise_corpus.EXERCISE

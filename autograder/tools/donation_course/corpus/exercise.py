@@ -1,8 +1,9 @@
-"""Build the grading corpus: one learner copy of exercise 7 per case, with a
-different answer (or a different kind of breakage). The expected score of
-each case is in CASES (out of 10 points for 07_update_with_donate).
+"""The exercise's grading corpus: one learner copy of the graded notebook per
+case, with a different answer to update_with_donate (or a different kind of
+breakage). The expected score of each case is in CASES (out of
+EXERCISE_MAX for the exercise's cells).
 
-    python tests/submissions/build.py DEST   # writes DEST/<student>.ipynb
+    python -m donation_course.corpus.exercise DEST   # writes DEST/<student>_<notebook>.ipynb
 """
 import json
 import sys
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[2]
-LEARNER = ROOT / "notebooks" / "07_update_with_donate.ipynb"
-EXERCISE = "07_update_with_donate"
+from ..course import COURSE, NOTEBOOKS
+
+EXERCISE = COURSE.notebooks[-1]  # the graded notebook is the last one
+LEARNER = NOTEBOOKS / f"{EXERCISE}.ipynb"
 EXERCISE_MAX = 10   # update_with_donate's cells
-CAPSTONE_POINTS = 12  # the capstone's cells, answered right in every case below (tests/submissions/capstone.py)
+CAPSTONE_POINTS = 12  # the capstone's cells, answered right in every case below (corpus/capstone.py)
 MAX = EXERCISE_MAX + CAPSTONE_POINTS
 # Cases in which the capstone's cells never run or score: the kernel dies, the file is not a notebook, or
 # nothing is answered. Every other case gets CAPSTONE_POINTS on top of its exercise score.
@@ -91,7 +93,7 @@ CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged
 
 
 def build(dest: Path) -> dict:
-    from capstone import RIGHT as CAPSTONE  # noqa: N811  (imported here: capstone.py imports this module)
+    from .capstone import RIGHT as CAPSTONE  # noqa: N811  (imported here: capstone.py imports this module)
 
     dest.mkdir(parents=True, exist_ok=True)
     for student, (answer, *_rest) in CASES.items():
@@ -112,7 +114,7 @@ def build(dest: Path) -> dict:
         for c in cells:
             if c.metadata.get("nbgrader", {}).get("solution") and answer != "@as-released":
                 if c.metadata["nbgrader"].get("grade_id") == "cap-answer":
-                    c.source = CAPSTONE  # the capstone (tests/submissions/capstone.py) answered right
+                    c.source = CAPSTONE  # the capstone (corpus/capstone.py) answered right
                 else:
                     c.source = PARTIAL if answer == "@duplicate-answer" else answer
         if answer == "@duplicate-answer":
