@@ -51,6 +51,26 @@ def test_changing_a_control_measures_again():
     assert ex.runs == 4
 
 
+def test_given_results_are_shown_without_measuring_again_and_the_controls_still_measure():
+    calls = []
+
+    def counting(n_elements, steps):
+        calls.append((n_elements, steps))
+        return fake_measure(n_elements, steps)
+
+    made = fake_measure(24 * 2**18, 5)  # 24 MiB of float32, 5 steps: what the lesson's cell above measured
+    ex = MemoryExplorer(measure=counting, results=made)
+    assert calls == [] and ex.runs == 1 and ex.results is made
+    assert (ex.size.value, ex.steps.value) == (24, 5), "the sliders start at the measurement's size and steps"
+    assert "24 MiB" in ex.figures.value and "5 steps" in ex.figures.value
+    assert any("image/png" in o.get("data", {}) for o in ex.chart.outputs)
+    ex.button.click()
+    assert calls == [(24 * 2**18, 5)] and ex.runs == 2
+    # without results, the widget measures on display (the other side of the rule)
+    MemoryExplorer(size_mib=8, steps=1, measure=counting)
+    assert calls[-1] == (8 * 2**18, 1)
+
+
 def test_real_measurement_small():
     widget = memory_explorer(size_mib=16, steps=2)
     figures = [c for c in widget.children if "explorer-figures" in classes(c)][0]

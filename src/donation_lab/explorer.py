@@ -3,6 +3,7 @@ real loop with and without donation, and see the measured peaks.
 
     from donation_lab.explorer import memory_explorer
     memory_explorer()          # last expression of a cell: shows the widget
+    memory_explorer(results=compare_donation(n, steps))  # starts from a measurement made
 
 Every run measures for real (`donation_lab.memory.compare_donation`, two
 fresh processes); nothing is simulated. Stable CSS classes, for browser
@@ -30,9 +31,11 @@ class MemoryExplorer:
     """Builds the widget; `widget` is what a notebook displays."""
 
     def __init__(self, size_mib: int = 64, steps: int = 3, donate: bool = True,
-                 measure_now: bool = True, measure=compare_donation):
+                 measure_now: bool = True, measure=compare_donation, results: dict | None = None):
         import ipywidgets as w
 
+        if results is not None:  # a measurement already made: start from it
+            size_mib, steps = round(results[False].array_bytes / MiB), results[False].steps
         self._measure = measure
         self.results = None
         self.runs = 0
@@ -66,7 +69,10 @@ class MemoryExplorer:
         self.size.observe(lambda _: self.run(), names="value")
         self.steps.observe(lambda _: self.run(), names="value")
         self.donate.observe(self._on_toggle, names="value")
-        if measure_now:
+        if results is not None:
+            self.results, self.runs = results, 1
+            self._show()
+        elif measure_now:
             self.run()
 
     @staticmethod
@@ -142,6 +148,8 @@ class MemoryExplorer:
         self.chart.append_display_data(Image(data=png.getvalue(), format="png"))
 
 
-def memory_explorer(size_mib: int = 64, steps: int = 3, donate: bool = True):
-    """The memory explorer widget, measured once on display."""
-    return MemoryExplorer(size_mib=size_mib, steps=steps, donate=donate).widget
+def memory_explorer(size_mib: int = 64, steps: int = 3, donate: bool = True, results: dict | None = None):
+    """The memory explorer widget, measured once on display; or, given
+    `results` (what `compare_donation` returned), showing that measurement
+    at its size and steps until a slider or the button asks for another."""
+    return MemoryExplorer(size_mib=size_mib, steps=steps, donate=donate, results=results).widget
