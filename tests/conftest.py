@@ -46,15 +46,64 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
                         "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course"}
 
 
+# Roughly what each long unit takes on 2 shared cores (seconds, from
+# `./course test --durations=0`): the scheduler hands out the longest first,
+# so no long test starts last while the other worker sits idle. An ordering
+# hint only: a wrong figure costs time, never a result.
+UNIT_SECONDS = {"corpus": 175, "binder": 135, "browser": 120, "capstone": 47, "released_course": 20,
+                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 115,
+                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 100,
+                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 50,
+                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 35,
+                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 31,
+                "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 30,
+                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 25,
+                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 25,
+                "test_grading.py::test_zip_input_and_naming_rules": 19,
+                "test_lessons_execute.py::test_learner_copy_errors_only_where_expected": 5}
+
+
+def _unit(nodeid: str) -> str:
+    path, _, name = nodeid.partition("::")
+    filename = path.rsplit("/", 1)[-1]
+    return SHARED_FIXTURE_UNITS.get(filename) or f"{filename}::{name}"
+
+
+def _unit_seconds(unit: str) -> float:
+    return UNIT_SECONDS.get(unit, UNIT_SECONDS.get(unit.split("[", 1)[0], 1.0))
+
+
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):
-        """Units of work as above; the largest go first (xdist's order for scopes)."""
+        """Units of work as above, the longest first."""
 
         def _split_scope(self, nodeid):
-            unit = SHARED_FIXTURE_UNITS.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
-            return unit or nodeid
+            return _unit(nodeid)
+
+        def _assign_work_unit(self, node):
+            # xdist queues units in collection order (or by test count):
+            # before the first one goes out, the longest go to the front.
+            if not getattr(self, "_longest_first", False):
+                queue = sorted(self.workqueue.items(), key=lambda item: -_unit_seconds(item[0]))
+                self.workqueue.clear()
+                self.workqueue.update(queue)
+                self._longest_first = True
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node):
+            # xdist hands a worker its next unit while it still has two tests
+            # to go; then two one-test units pile up behind a long one. Here
+            # a worker gets its next unit at its last test (the one xdist's
+            # worker holds back until more work or the end arrives).
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
 
     return SharedFixtureScheduling(config, log)
 
@@ -161,19 +210,20 @@ class LabServer:
         return status, json.loads(body)
 
     def stop(self):
+        """Stop the server as a service manager would: SIGTERM (Jupyter shuts
+        its kernels down and exits; SIGINT would ask "shut down?" on stdin and,
+        with no terminal there, carry on), then kill what is left of its group."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.proc.poll() is None:  # jupyter asks "shut down?" on one SIGINT; a second stops it
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.terminate()
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: kernels it left behind
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def start_server(cmd, *, port, token, env, cwd, log: Path, timeout=90.0) -> LabServer:
@@ -205,6 +255,27 @@ def lab_server(env, tmp_path):
     server = start_lab(env, tmp_path)
     yield server
     server.stop()
+
+
+RAISES = "raises-exception"  # the tag of a cell that is meant to fail
+
+
+def describe_errors(errors) -> str:
+    return "\n".join(f"  cell {e.cell_id!r}: {e.ename}: {e.evalue[:200]}" for e in errors)
+
+
+def assert_only_tagged_cells_raise(label: str, nb) -> None:
+    """An executed solved notebook: errors only in cells tagged
+    raises-exception, and each of those cells does raise (a meant-to-fail
+    cell that stops failing means JAX changed and the lesson is now wrong)."""
+    from donation_course.execute import notebook_errors
+
+    errors = notebook_errors(nb)
+    unexpected = [e for e in errors if RAISES not in e.tags]
+    assert not unexpected, f"{label} raised outside tagged cells:\n{describe_errors(unexpected)}"
+    tagged = {c.get("id") for c in nb.cells if c.cell_type == "code" and RAISES in c.metadata.get("tags", [])}
+    silent = tagged - {e.cell_id for e in errors}
+    assert not silent, f"{label}: cells tagged {RAISES} no longer raise: {sorted(silent)}"
 
 
 def answered_copy(name: str, dest: Path) -> Path:

@@ -3,18 +3,16 @@ autograder/: the solved course, zip input, time limits and bad input; plus
 unit tests of the hidden checks, the feedback stripping and the input naming
 rules. The submissions corpus graded once is test_grading_corpus.py."""
 import shutil
-import sys
 import zipfile
 
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
+from conftest import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades
 from donation_course.course import COURSE, ROOT
 ASSIGNMENT = COURSE.assignment
 
-sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import build as corpus  # noqa: E402
+from donation_course.corpus import exercise as corpus
 
 COURSE_CMD = ROOT / "course"
 EX = corpus.EXERCISE
@@ -31,7 +29,9 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
     compile cache and one worker, the second student's kernels load what the
     first one's compiled (lessons included, whose checks read JAX's
     warnings). Every score must be full either way, and no notebook may show
-    a cache error."""
+    a cache error. This is also the run of every solution copy top to bottom
+    in a fresh kernel: each notebook autograde ran raises only in its cells
+    tagged raises-exception, and each of those raises."""
     submitted = tmp_path / "submitted"
     for student in ("ann", "ben"):
         dest = submitted / student / ASSIGNMENT
@@ -48,8 +48,11 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
             s: ("ok", "43.0", "43.0") for s in students}, rows
         assert all(r["reason"].startswith("sandbox off") == (mode == "cache") for r in rows.values()), rows
         scores[mode] = gradebook_scores(course)
-        for path in (course / "autograded").rglob("*.ipynb"):
+        ran = sorted((course / "autograded").rglob("*.ipynb"))
+        assert len(ran) == len(COURSE.notebooks) * len(students), ran
+        for path in ran:
             assert "persistent compilation cache" not in path.read_text(), path
+            assert_only_tagged_cells_raise(f"{mode}: {path.relative_to(course)}", nbformat.read(path, as_version=4))
     assert scores["cache"]["ann"] == scores["cache"]["ben"] == scores["no-cache"]["ann"]
 
 

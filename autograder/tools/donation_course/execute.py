@@ -52,6 +52,12 @@ def run_notebook(path, timeout: int = 120, cwd=None, env=None) -> Run:
     # env goes to the kernel's start: e.g. XLA_FLAGS, or NBGRADER_EXECUTION.
     client.execute(**({"env": env} if env is not None else {}))
     seconds = time.perf_counter() - start
+    return Run(path=path, notebook=nb, seconds=seconds, errors=notebook_errors(nb))
+
+
+def notebook_errors(nb) -> list:
+    """The error outputs of an executed notebook (by nbclient here, or by
+    nbgrader's autograde), one CellError each, in cell order."""
     errors = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -66,4 +72,4 @@ def run_notebook(path, timeout: int = 120, cwd=None, env=None) -> Run:
                     tags=list(cell.metadata.get("tags", [])),
                     nbgrader=dict(cell.metadata.get("nbgrader", {})),
                 ))
-    return Run(path=path, notebook=nb, seconds=seconds, errors=errors)
+    return errors
