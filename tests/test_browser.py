@@ -177,12 +177,22 @@ def menu(page, top, item):
     page.locator(".lm-Menu-item:visible", has_text=item).first.click()
 
 
+PROMPTS_JS = "[...document.querySelectorAll('.jp-NotebookPanel .jp-InputPrompt')].map(p => p.textContent).join('|')"
+
+
+def wait_until_run(page, before: str):
+    """After asking for cells to run: wait until JupyterLab has taken the
+    request (a prompt shows [*] or a new execution count: queued cells are
+    marked at once), then until the kernel is idle with nothing queued."""
+    page.wait_for_function(
+        f"before => {PROMPTS_JS} !== before || {PROMPTS_JS}.includes('*')", arg=before, timeout=30_000)
+    wait_idle(page)
+
+
 def run_all(page):
+    before = page.evaluate(f"() => {PROMPTS_JS}")
     menu(page, "Run", "Run All Cells")
-    page.wait_for_timeout(1000)  # let the first cells go busy
-    wait_idle(page)
-    page.wait_for_timeout(500)
-    wait_idle(page)
+    wait_until_run(page, before)
 
 
 def save(page):
@@ -190,7 +200,6 @@ def save(page):
     page.wait_for_function(
         "() => !document.querySelector('.jp-NotebookPanel .jp-mod-dirty') && "
         "!document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')")
-    page.wait_for_timeout(500)
 
 
 def code_cell(page, containing):
@@ -217,9 +226,9 @@ def set_cell_source(page, cell, text):
 
 def run_cell(page, cell):
     cell.locator(".cm-content").first.click()
+    before = page.evaluate(f"() => {PROMPTS_JS}")
     page.keyboard.press("Control+Enter")
-    page.wait_for_timeout(500)
-    wait_idle(page)
+    wait_until_run(page, before)
 
 
 def output_text(cell):
@@ -255,8 +264,16 @@ EXPLORER_SELECTOR = ".donation-explorer"
 
 def explorer_problems(page):
     """Did the memory explorer render? Returns readable lines; [] means yes."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     panel = page.locator(".jp-NotebookPanel")
     problems = []
+    try:  # a widget view shows "Loading widget..." until it renders or fails
+        page.wait_for_function(
+            "() => !document.querySelector('.jp-NotebookPanel').innerText.includes('Loading widget...')",
+            timeout=30_000)
+    except PlaywrightTimeout:
+        pass  # still loading after 30 s: reported below
     if panel.locator(EXPLORER_SELECTOR).count() == 0:
         problems.append(f"no memory explorer ({EXPLORER_SELECTOR}) in the notebook")
     elif not panel.locator(EXPLORER_SELECTOR).first.is_visible():
@@ -393,14 +410,17 @@ def press_validate(page, shot_name):
     """Press nbgrader's Validate toolbar button; return the result dialog's text."""
     validate = page.locator(".jp-NotebookPanel-toolbar .jp-ToolbarButtonComponent", has_text="Validate")
     save(page)
+    page.evaluate("() => { window.__dlDialogText = null; }")
     validate.first.click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=RUN_TIMEOUT_MS)
+    # The result is in when the heading no longer says "Validating" and the
+    # text has stopped changing (the same on two polls, 250 ms apart).
     page.wait_for_function(
-        "() => { const d = document.querySelector('.jp-Dialog'); "
-        "return d && !/Validating/i.test(d.innerText.split('\\n')[0] || '') && d.innerText.length > 20; }",
-        timeout=RUN_TIMEOUT_MS)
-    page.wait_for_timeout(500)
+        "() => { const d = document.querySelector('.jp-Dialog'); if (!d) return false; "
+        "const t = d.innerText, same = window.__dlDialogText === t; window.__dlDialogText = t; "
+        "return same && !/Validating/i.test(t.split('\\n')[0] || '') && t.length > 20; }",
+        timeout=RUN_TIMEOUT_MS, polling=250)
     text = dialog.inner_text()
     shot(page, shot_name)
     dialog.locator("button").last.click()
