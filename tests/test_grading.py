@@ -10,10 +10,9 @@ import pytest
 
 from conftest import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades
 from donation_course.course import COURSE, ROOT
-ASSIGNMENT = COURSE.assignment
-
 from donation_course.corpus import exercise as corpus
 
+ASSIGNMENT = COURSE.assignment
 COURSE_CMD = ROOT / "course"
 EX = corpus.EXERCISE
 LIMITS = GRADE_LIMITS

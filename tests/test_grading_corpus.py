@@ -11,10 +11,10 @@ import pytest
 
 from conftest import GRADE_LIMITS, grade, grade_corpus, gradebook_scores, make_course, nbgrader, read_grades
 from donation_course.course import COURSE
+from donation_course.corpus import exercise as corpus
 
 ASSIGNMENT = COURSE.assignment
 
-from donation_course.corpus import exercise as corpus
 
 EX = corpus.EXERCISE
 LIMITS = GRADE_LIMITS
@@ -96,7 +96,8 @@ def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env)
 
 # --- parallel == serial nbgrader ------------------------------------------------
 
-# (not "tamperer": ./course grade flags it before its kernel starts, serial nbgrader cannot)
+# (not "tamperer": ./course grade's scan flags it for manual grading, with no automatic
+# points; serial nbgrader has no scan and scores what its checks let through)
 SERIAL = ["partial", "lambda", "nodonate", "wrongvalue", "wrongarg", "syntax", "edited"]
 
 

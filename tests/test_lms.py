@@ -14,10 +14,10 @@ import pytest
 
 from conftest import GRADE_LIMITS, grade, make_course, nbgrader, read_grades
 from donation_course.course import COURSE, ROOT
+from donation_course.corpus import exercise as corpus
 
 ASSIGNMENT = COURSE.assignment
 NBS = COURSE.notebooks
-from donation_course.corpus import exercise as corpus
 
 EX = corpus.EXERCISE
 FULL = corpus.CASES["partial"][1]  # a right answer: the exercise and the capstone

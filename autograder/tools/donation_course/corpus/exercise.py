@@ -64,7 +64,8 @@ CASES = {
                      "np.testing.assert_allclose = lambda *a, **k: None\njnp.allclose = lambda *a, **k: True\n"
                      "def assert_allclose(*a, **k):\n    return None\n"
                      "builtins.all = lambda *a, **k: True\nbuiltins.any = lambda *a, **k: False\n", 0, "flagged", FLAG),
-    # tampering with the checks or the grader, and hostile code: flagged before any kernel starts
+    # tampering with the checks or the grader, and hostile code: flagged by the scan before any
+    # kernel starts (the notebook still runs, sandboxed, for the instructor to read; no points)
     "hiddenpatch":  (WRONG + "import donation_course.hidden.exercise as h\nfrom donation_lab import checks as c\n"
                      "for name in dir(h):\n    if name.startswith('check_'):\n        setattr(h, name, lambda *a, **k: None)\n"
                      "c.expect_allclose = lambda *a, **k: None\n", 0, "flagged", "donation_course"),
