@@ -155,11 +155,11 @@ def gradebook_scores(course) -> dict:
                 for s in gb.find_assignment(ASSIGNMENT).submissions}
 
 
-def grade_corpus(tmp: Path, build, env):
+def grade_corpus(tmp: Path, build, env, make=None):
     """Build a corpus of submissions (build(folder)) as a flat LMS folder and
-    grade it once with ./course grade in a scratch course under `tmp`;
-    return (course, files, the command's result)."""
-    course = make_course(tmp / "course")
+    grade it once with ./course grade in a scratch course under `tmp` (a bare
+    one, or make(path)'s); return (course, files, the command's result)."""
+    course = (make or make_course)(tmp / "course")
     files = tmp / "corpus"
     build(files)
     return course, files, grade(env, files, "--course", course, *GRADE_LIMITS)
@@ -171,6 +171,35 @@ def nbgrader(course_dir, *args, env, check=True, timeout=600):
 
 
 make_course = scratch_course  # a scratch copy of the nbgrader course (config + source), no state
+
+
+@pytest.fixture(scope="session")
+def course_template(tmp_path_factory):
+    """A scratch course as `./course grade`'s first step leaves it (the
+    grader's own `prepare`: nbgrader's generate_assignment has run, the state
+    file records from which source). See `generated_course`."""
+    from donation_course.course import Course
+    from donation_course.grading.cli import prepare
+
+    course = make_course(tmp_path_factory.mktemp("template") / "course")
+    prepare(Course(course), course / ".grading", say=print)
+    return course
+
+
+@pytest.fixture(scope="session")
+def generated_course(course_template):
+    """generated_course(dest): a copy of `course_template` at dest, for tests
+    whose subject is not generating the assignment: each would otherwise pay
+    for nbgrader's generate_assignment (about 3.5 s of CPU) on its first
+    grading. The graded corpus (grade_corpus) starts from a bare course, so
+    that a run's own generating stays covered."""
+    import shutil
+
+    def make(dest: Path) -> Path:
+        shutil.copytree(course_template, dest)
+        return dest
+
+    return make
 
 
 @pytest.fixture(scope="session")

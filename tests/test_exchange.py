@@ -12,7 +12,7 @@ import sys
 import nbformat
 import pytest
 
-from conftest import answered_copy, make_course
+from conftest import answered_copy
 from donation_course.course import COURSE, ROOT
 
 ASSIGNMENT = COURSE.assignment
@@ -31,10 +31,10 @@ def nb(cwd, *args, env, check=True):
 
 
 @pytest.mark.slow
-def test_release_fetch_submit_collect_grade_feedback(tmp_path, env):
+def test_release_fetch_submit_collect_grade_feedback(tmp_path, env, generated_course):
     exchange = tmp_path / "exchange"
     exchange.mkdir()
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     flags = [f"--Exchange.root={exchange}", f"--CourseDirectory.course_id={COURSE.course_id}"]
     nb(course, "generate_assignment", ASSIGNMENT, "--force", env=env)
     nb(course, "release_assignment", ASSIGNMENT, *flags, env=env)

@@ -21,7 +21,7 @@ LIMITS = GRADE_LIMITS
 read_csv = read_grades  # also fails on a student listed twice
 
 
-def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tmp_path, env):
+def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tmp_path, env, generated_course):
     """All seven notebooks, solved (the solutions/ copies), in nbgrader's
     layout. Sandboxed (no compile cache there: one kernel must not write
     programs another one runs), one student is enough. Unsandboxed, with the
@@ -39,7 +39,7 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
             shutil.copy(nb, dest / nb.name)
     scores = {}
     for mode, extra in (("cache", ["--no-sandbox"]), ("no-cache", ["--student", "ann"])):
-        course = make_course(tmp_path / mode)
+        course = generated_course(tmp_path / mode)
         grade(env, submitted, "--course", course, "--workers", "1", "--timeout", "300", "--no-progress", *extra)
         rows = read_csv(course / ".grading" / "grades.csv")
         students = ("ann", "ben") if mode == "cache" else ("ann",)
@@ -57,7 +57,7 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
 
 # --- input formats, limits and bad input ---------------------------------------
 
-def test_zip_input_and_naming_rules(tmp_path, env):
+def test_zip_input_and_naming_rules(tmp_path, env, generated_course):
     files = tmp_path / "files"
     corpus.build(files)
     archive = tmp_path / "lms.zip"
@@ -65,7 +65,7 @@ def test_zip_input_and_naming_rules(tmp_path, env):
         zf.write(files / f"partial_{EX}.ipynb", f"export/Alice.ipynb")  # <student>.ipynb
         zf.write(files / f"wrongvalue_{EX}.ipynb", f"export/bob_{EX}.ipynb")  # <student>_<notebook>
         zf.writestr("__MACOSX/._junk.ipynb", "junk")
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     grade(env, archive, "--course", course, *LIMITS)
     rows = read_csv(course / ".grading" / "grades.csv")
     assert set(rows) == {"Alice", "bob"}  # ids exactly as named (no lower-casing)
@@ -73,7 +73,7 @@ def test_zip_input_and_naming_rules(tmp_path, env):
     assert rows["Alice"]["files"] == "export/Alice.ipynb"
 
 
-def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env):
+def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env, generated_course):
     files = tmp_path / "files"
     corpus.build(files)
     for f in files.iterdir():
@@ -85,7 +85,7 @@ def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env
             cell.source = ("import time\nwhile True:\n    try:\n        time.sleep(0.2)\n"
                            "    except KeyboardInterrupt:\n        pass\n")
     nbformat.write(nb, files / f"stubborn_{EX}.ipynb")
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     grade(env, files, "--course", course, "--workers", "2", "--timeout", "20", "--cell-timeout", "60",
           "--no-progress")
     rows = read_csv(course / ".grading" / "grades.csv")

@@ -12,8 +12,8 @@ GRADE_IDS = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, env):
-    course, _, _ = grade_corpus(tmp_path_factory.mktemp("capstone"), corpus.build, env)
+def graded(tmp_path_factory, env, generated_course):
+    course, _, _ = grade_corpus(tmp_path_factory.mktemp("capstone"), corpus.build, env, make=generated_course)
     return course, read_grades(course / ".grading" / "grades.csv")
 
 

@@ -263,13 +263,13 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env)
 
 # --- nbgrader's state kept ------------------------------------------------------
 
-def test_extra_file_does_not_destroy_an_nbgrader_submission(tmp_path, env):
+def test_extra_file_does_not_destroy_an_nbgrader_submission(tmp_path, env, generated_course):
     """An nbgrader-collected submission (two notebooks, timestamp.txt) gets one
     more notebook from a flat folder: the rest stays and is graded; a
     --student run rewrites grades.csv with the whole class."""
     files = tmp_path / "corpus"
     corpus.build(files)
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     sub = course / "submitted" / "jane_doe" / ASSIGNMENT
     sub.mkdir(parents=True)
     shutil.copy(files / f"partial_{EX}.ipynb", sub / f"{EX}.ipynb")
@@ -298,13 +298,13 @@ def test_extra_file_does_not_destroy_an_nbgrader_submission(tmp_path, env):
     assert float(after["jane_doe"]["total"]) > float(before["jane_doe"]["total"])
 
 
-def test_corrupt_state_is_reported_in_one_line_and_rebuilt(tmp_path, env):
+def test_corrupt_state_is_reported_in_one_line_and_rebuilt(tmp_path, env, generated_course):
     files = tmp_path / "corpus"
     corpus.build(files)
     only = tmp_path / "one"
     only.mkdir()
     shutil.copy(files / f"partial_{EX}.ipynb", only / f"ann_{EX}.ipynb")
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     grade(env, only, "--course", course, *LIMITS)
     state = course / ".grading" / "state.json"
     state.write_text(state.read_text()[:40])  # truncated
@@ -317,7 +317,7 @@ def test_corrupt_state_is_reported_in_one_line_and_rebuilt(tmp_path, env):
 
 # --- interrupted and re-run ----------------------------------------------------
 
-def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env):
+def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env, generated_course):
     files = tmp_path / "corpus"
     corpus.build(files)
     export = tmp_path / "export"
@@ -332,7 +332,7 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     answer.source += "\nimport time\ntime.sleep(600)\n"
     nbformat.write(sleeper, export / f"s0_{EX}.ipynb")
     archive = _zip(export, tmp_path / "export.zip")
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     run_env = dict(env, TMPDIR=str(tmpdir))

@@ -185,7 +185,7 @@ def live_processes_under(path):
 
 
 @needs_bwrap
-def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tmp_path, env):
+def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tmp_path, env, generated_course):
     files = tmp_path / "files"
     corpus.build(files)
     for f in files.iterdir():
@@ -196,7 +196,7 @@ def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tm
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
             cell.source = corpus.PARTIAL + "for i in range(200):\n    print('x' * 100_000)\n"
     nbformat.write(nb, files / f"flood_{EX}.ipynb")
-    course = make_course(tmp_path / "course")
+    course = generated_course(tmp_path / "course")
     grade({**env, **HOSTILE_ENV}, files, "--course", course, "--workers", "2", "--timeout", "150",
           "--cell-timeout", "15", "--no-progress")
     rows = read_csv(course / ".grading" / "grades.csv")

@@ -73,7 +73,15 @@ def digest_files(paths) -> str:
     return h.hexdigest()
 
 
-def ensure_assignment(course: Course, source_hash: str, state: dict, log: Path) -> None:
+def source_digest(course: Course) -> str:
+    """What the assignment is generated from: the source notebooks and the nbgrader config."""
+    return digest_files(course.source_notebooks() + [course.root / "nbgrader_config.py"])
+
+
+def ensure_assignment(course: Course, state: dict, log: Path) -> None:
+    """Generate the assignment (release/ and the gradebook's entries) unless
+    the state says it was generated from the source as it is now."""
+    source_hash = source_digest(course)
     fresh = (state.get("source") == source_hash and course.gradebook.exists() and course.release.is_dir())
     if fresh:
         return
@@ -268,6 +276,18 @@ def load_state(path: Path, say) -> dict:
         return {}
 
 
+def prepare(course: Course, out: Path, say) -> dict:
+    """A run's first step on a course: read the state file (or start it
+    afresh), generate the assignment if its source changed, save the state.
+    Returns the state."""
+    path = course.root / STATE
+    state = load_state(path, say)
+    ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
+    state.setdefault("students", {})
+    write_atomic(path, json.dumps(state, indent=1))
+    return state
+
+
 def late_timestamp(files: dict, duedate, notes: list, sid: str):
     """nbgrader's timestamp for a student's chosen files: the latest LMS
     timestamp; for a file the LMS only flags late (Canvas's _LATE_, no time),
@@ -298,11 +318,8 @@ class Run:
         self.cell_timeout = min(args.cell_timeout or self.C.cell_timeout(), args.timeout)
 
     def prepare(self):
-        self.state = load_state(self.state_path, self.say)
-        sources = self.C.source_notebooks() + [self.C.root / "nbgrader_config.py"]
-        ensure_assignment(self.C, digest_files(sources), self.state, self.out / "logs" / "generate_assignment.log")
-        self.students_state = self.state.setdefault("students", {})
-        self.save_state()
+        self.state = prepare(self.C, self.out, self.say)
+        self.students_state = self.state["students"]
 
     def collect(self, workdir: Path):
         """Find every submission (before nbgrader runs: bad input fails in a moment)."""
