@@ -122,8 +122,11 @@ def run(cmd, env, cwd=ROOT, timeout=600, check=True):
     return result
 
 
-# Limits for test grading runs: two workers, short per-cell time.
-GRADE_LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "15", "--no-progress"]
+# Limits for test grading runs: two workers, a short per-cell time. The runs
+# that use them grade the exercise (and two short lessons), whose slowest cell
+# takes under 0.5 s alone; 6 s leaves room for a loaded machine, and the
+# corpus's endless cells (loopafter, snoop) burn no more CPU than that.
+GRADE_LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "6", "--no-progress"]
 
 
 def grade(env, *args, check=True, cwd=ROOT):
