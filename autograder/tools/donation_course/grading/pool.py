@@ -15,7 +15,12 @@ class Pool:
 
     def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache=True,
                  sandbox=True, scratch=""):
-        self.ctx = mp.get_context("spawn")
+        # Workers fork from one server process that has imported nbgrader and
+        # the worker once (about 1 s of CPU), instead of each starting a fresh
+        # Python that imports it all again ("spawn"); the server is a clean,
+        # single-threaded process, unlike this one.
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["donation_course.grading.worker", "nbgrader.apps"])
         self.args = (course, dbdir, cell_timeout, memory_mb, kernel_dir)
         self.logs = logs
         # A JAX compile cache that one kernel writes and the next one reads would
@@ -23,7 +28,15 @@ class Pool:
         # code then runs: sandboxed kernels get none (see README).
         self.compile_cache = compile_cache and not sandbox
         self.sandbox, self.scratch = sandbox, scratch
-        self.slots = [self._start(i) for i in range(n)]
+        # The fork server listens on a unix socket in multiprocessing's temp
+        # folder, made on first use under tempfile's: under /tmp, like the
+        # scratch folder, since a socket's path has at most 107 bytes and a
+        # user's TMPDIR may be deeper. multiprocessing removes it at exit.
+        saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+        try:
+            self.slots = [self._start(i) for i in range(n)]
+        finally:
+            tempfile.tempdir = saved
 
     def _start(self, i):
         from .worker import serve
