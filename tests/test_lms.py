@@ -41,11 +41,16 @@ def gradebook(course):
 
 def late_course(path, env):
     """A scratch course whose late penalty is nbgrader's LateSubmissionPlugin
-    ('zero'), with a due date in the gradebook."""
+    ('zero'), with a due date in the gradebook, on which the grader's first
+    step (prepare: nbgrader's generate_assignment) has run."""
+    from donation_course.course import Course
+    from donation_course.grading.cli import prepare
+
     course = make_course(path)
     with open(course / "nbgrader_config.py", "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
     nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}", env=env)
+    prepare(Course(course), course / ".grading", say=print)
     return course
 
 
@@ -233,6 +238,7 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env)
         shutil.copy(answer[key], dest / f"{EX}.ipynb")
 
     course = late_course(tmp_path / "course", env)
+    serial = shutil.copytree(course, tmp_path / "serial")  # the same course, for serial nbgrader below
     grade(env, _zip(canvas, tmp_path / "canvas.zip"), "--course", course, *LIMITS)
     grade(env, bb, "--course", course, *LIMITS)
     r = grade(env, _zip(moodle, tmp_path / "moodle.zip"), "--course", course, *LIMITS)
@@ -251,9 +257,8 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env)
     assert canvas_csv[0] == f"Student,ID,SIS User ID,SIS Login ID,Section,{ASSIGNMENT}"
     assert f"smithjohn,1004,,,,{float(WRONG)}" in canvas_csv
 
-    # serial nbgrader autograde on the same staged submissions (timestamp.txt included)
-    serial = late_course(tmp_path / "serial", env)
-    nbgrader(serial, "generate_assignment", ASSIGNMENT, "--force", env=env)
+    # serial nbgrader autograde on the same staged submissions (timestamp.txt included),
+    # in the copy of the course made before our runs
     shutil.copytree(course / "submitted", serial / "submitted")
     nbgrader(serial, "autograde", ASSIGNMENT, "--force", env=env, timeout=900)
     theirs = gradebook(serial)
