@@ -119,6 +119,18 @@ def test_bad_course_and_options_give_one_clear_line(tmp_path, env):
 
 # --- units ---------------------------------------------------------------------
 
+def test_only_a_kernel_lost_before_its_first_cell_is_tried_again():
+    from donation_course.grading.worker import died_at_startup
+
+    # the start-up failures of the grading client (fastkernel.py) and jupyter_client
+    assert died_at_startup("RuntimeError: Kernel died before replying to kernel_info", "")
+    assert died_at_startup("", "RuntimeError: Kernel didn't respond in 60 seconds")
+    # nbclient's, when the submission's code kills or hangs the kernel (the corpus's kernelexit log)
+    assert not died_at_startup("[ERROR] Kernel died while waiting for execute reply.\n"
+                               "nbclient.exceptions.DeadKernelError: Kernel died", "")
+    assert not died_at_startup("nbclient.exceptions.UnresponsiveKernelError: Kernel became unresponsive", "")
+
+
 def test_naming_rules_for_flat_exports(tmp_path):
     from donation_course.grading.collect import collect
 

@@ -69,6 +69,15 @@ def diagnose(log: str, error: str) -> str:
             "(nothing you submitted was lost)")
 
 
+def died_at_startup(log: str, error: str) -> bool:
+    """The kernel died, or never answered, before it ran a cell: worth one
+    more try, since that can be the machine's doing. A kernel that died or
+    hung while running a cell did so in the submission's own code, and a
+    second run would give the same verdict at the same cost."""
+    text = (log or "") + "\n" + (error or "")
+    return "before replying to kernel_info" in text or "Kernel didn't respond" in text
+
+
 def cell_messages(autograded: Path) -> dict:
     """grade_id -> the learner-facing message of that cell's last check line or error."""
     import nbformat
@@ -169,9 +178,7 @@ def _grade(api, course, student, ASSIGNMENT, result, flags):
 
     new_scratch(student, api)
     res = api.autograde(ASSIGNMENT, student, force=True, create=True)
-    if not res.get("success") and diagnose(res.get("log", ""), res.get("error", "")).startswith("the kernel"):
-        # Once more, in case the kernel died at start-up for a reason of the
-        # machine's (the submission's own code gets the same verdict twice).
+    if not res.get("success") and died_at_startup(res.get("log", ""), res.get("error", "")):
         new_scratch(student, api)
         res = api.autograde(ASSIGNMENT, student, force=True, create=True)
     if not res.get("success"):
