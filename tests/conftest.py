@@ -50,16 +50,16 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
 # `./course test --durations=0`): the scheduler hands out the longest first,
 # so no long test starts last while the other worker sits idle. An ordering
 # hint only: a wrong figure costs time, never a result.
-UNIT_SECONDS = {"corpus": 175, "binder": 135, "browser": 120, "capstone": 47, "released_course": 20,
-                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 115,
-                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 100,
-                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 50,
-                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 35,
-                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 31,
-                "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 30,
-                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 25,
-                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 25,
-                "test_grading.py::test_zip_input_and_naming_rules": 19,
+UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "released_course": 20,
+                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 73,
+                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 67,
+                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 27,
+                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 29,
+                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 25,
+                "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 15,
+                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 20,
+                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 21,
+                "test_grading.py::test_zip_input_and_naming_rules": 8,
                 "test_lessons_execute.py::test_learner_copy_errors_only_where_expected": 5}
 
 
