@@ -276,6 +276,10 @@ def load_state(path: Path, say) -> dict:
         return {}
 
 
+def save_state(path: Path, state: dict) -> None:
+    write_atomic(path, json.dumps(state, indent=1))
+
+
 def prepare(course: Course, out: Path, say) -> dict:
     """A run's first step on a course: read the state file (or start it
     afresh), generate the assignment if its source changed, save the state.
@@ -284,7 +288,7 @@ def prepare(course: Course, out: Path, say) -> dict:
     state = load_state(path, say)
     ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
     state.setdefault("students", {})
-    write_atomic(path, json.dumps(state, indent=1))
+    save_state(path, state)
     return state
 
 
@@ -438,7 +442,7 @@ class Run:
                 bar.close()
 
     def save_state(self):
-        write_atomic(self.state_path, json.dumps(self.state, indent=1))
+        save_state(self.state_path, self.state)
 
     def write_reports(self):
         """grades.csv (and canvas-import.csv) from the WHOLE gradebook, whatever this run graded."""

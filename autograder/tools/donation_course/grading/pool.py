@@ -9,6 +9,11 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
+# Where the run's sockets live (the kernels' ipc sockets in the scratch folder,
+# the fork server's): a unix socket's path has at most 107 bytes, and a
+# user's TMPDIR may be deeper.
+SOCKET_TMP = "/tmp"
+
 
 class Pool:
     """N long-lived workers; each can be killed (with its kernel) and replaced."""
@@ -29,10 +34,9 @@ class Pool:
         self.compile_cache = compile_cache and not sandbox
         self.sandbox, self.scratch = sandbox, scratch
         # The fork server listens on a unix socket in multiprocessing's temp
-        # folder, made on first use under tempfile's: under /tmp, like the
-        # scratch folder, since a socket's path has at most 107 bytes and a
-        # user's TMPDIR may be deeper. multiprocessing removes it at exit.
-        saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+        # folder, made on first use under tempfile's: under SOCKET_TMP.
+        # multiprocessing removes it at exit.
+        saved, tempfile.tempdir = tempfile.tempdir, SOCKET_TMP
         try:
             self.slots = [self._start(i) for i in range(n)]
         finally:
@@ -94,9 +98,8 @@ class Pool:
 
 
 def run_pool(students, course, args, cell_timeout, on_result, progress):
-    # short paths: a unix socket's path has at most 107 bytes
     with tempfile.TemporaryDirectory(prefix="donation-lab-grade-") as tmp, \
-            tempfile.TemporaryDirectory(prefix="dlg-", dir="/tmp") as scratch:
+            tempfile.TemporaryDirectory(prefix="dlg-", dir=SOCKET_TMP) as scratch:
         from .worker import make_kernelspec
 
         kernel_dir = make_kernelspec(Path(tmp) / "jupyter", sys.executable)
