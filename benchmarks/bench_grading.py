@@ -29,11 +29,10 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
 from donation_course.corpus import exercise as corpus
+from donation_course.course import COURSE, nbgrader_command, venv_env
 
-from donation_course.course import nbgrader_command, venv_env  # noqa: E402
-from donation_course.course import COURSE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ASSIGNMENT = COURSE.assignment
 

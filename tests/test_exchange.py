@@ -13,11 +13,11 @@ import nbformat
 import pytest
 
 from conftest import answered_copy
+from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, ROOT
 
 ASSIGNMENT = COURSE.assignment
 EX = COURSE.exercise
-from donation_course.corpus import exercise as corpus
 
 STUDENTS = ("ann", "jane_doe", "j.smith")
 

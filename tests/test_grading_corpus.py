@@ -14,8 +14,6 @@ from donation_course.course import COURSE
 from donation_course.corpus import exercise as corpus
 
 ASSIGNMENT = COURSE.assignment
-
-
 EX = corpus.EXERCISE
 LIMITS = GRADE_LIMITS
 read_csv = read_grades  # also fails on a student listed twice
