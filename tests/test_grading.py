@@ -3,14 +3,17 @@ autograder/: the solved course, zip input, time limits and bad input; plus
 unit tests of the hidden checks, the feedback stripping and the input naming
 rules. The submissions corpus graded once is test_grading_corpus.py."""
 import shutil
+import sys
 import zipfile
 
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades
+from conftest import (GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course,
+                      read_grades, run)
 from donation_course.course import COURSE, ROOT
 from donation_course.corpus import exercise as corpus
+from donation_course.grading.compile_cache import FOLDER as CACHE
 
 ASSIGNMENT = COURSE.assignment
 COURSE_CMD = ROOT / "course"
@@ -23,36 +26,33 @@ read_csv = read_grades  # also fails on a student listed twice
 
 def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tmp_path, env, generated_course):
     """All seven notebooks, solved (the solutions/ copies), in nbgrader's
-    layout. Sandboxed (no compile cache there: one kernel must not write
-    programs another one runs), one student is enough. Unsandboxed, with the
-    compile cache and one worker, the second student's kernels load what the
-    first one's compiled (lessons included, whose checks read JAX's
-    warnings). Every score must be full either way, and no notebook may show
-    a cache error. This is also the run of every solution copy top to bottom
-    in a fresh kernel: each notebook autograde ran raises only in its cells
-    tagged raises-exception, and each of those raises."""
+    layout, graded as a class is by default (sandboxed, each kernel reading
+    the course's compile cache: what the source's hidden tests compiled),
+    and with neither sandbox nor cache. Every score must be full and the
+    same either way, and no notebook may show a cache error. This is also
+    the run of every solution copy top to bottom in a fresh kernel: each
+    notebook autograde ran raises only in its cells tagged raises-exception,
+    and each of those raises."""
     submitted = tmp_path / "submitted"
-    for student in ("ann", "ben"):
-        dest = submitted / student / ASSIGNMENT
-        dest.mkdir(parents=True)
-        for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
-            shutil.copy(nb, dest / nb.name)
+    dest = submitted / "ann" / ASSIGNMENT
+    dest.mkdir(parents=True)
+    for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
+        shutil.copy(nb, dest / nb.name)
     scores = {}
-    for mode, extra in (("cache", ["--no-sandbox"]), ("no-cache", ["--student", "ann"])):
+    for mode, extra in (("default", []), ("neither", ["--no-sandbox", "--no-compile-cache"])):
         course = generated_course(tmp_path / mode)
-        grade(env, submitted, "--course", course, "--workers", "1", "--timeout", "300", "--no-progress", *extra)
-        rows = read_csv(course / ".grading" / "grades.csv")
-        students = ("ann", "ben") if mode == "cache" else ("ann",)
-        assert {s: (r["status"], r["total"], r["max"]) for s, r in rows.items()} == {
-            s: ("ok", "43.0", "43.0") for s in students}, rows
-        assert all(r["reason"].startswith("sandbox off") == (mode == "cache") for r in rows.values()), rows
+        assert any((course / CACHE).iterdir())  # the template's prepare filled it
+        grade(env, submitted, "--course", course, "--timeout", "300", "--no-progress", *extra)
+        row = read_csv(course / ".grading" / "grades.csv")["ann"]
+        assert (row["status"], row["total"], row["max"]) == ("ok", "43.0", "43.0"), row
+        assert row["reason"].startswith("sandbox off") == (mode == "neither"), row
         scores[mode] = gradebook_scores(course)
         ran = sorted((course / "autograded").rglob("*.ipynb"))
-        assert len(ran) == len(COURSE.notebooks) * len(students), ran
+        assert len(ran) == len(COURSE.notebooks), ran
         for path in ran:
             assert "persistent compilation cache" not in path.read_text(), path
             assert_only_tagged_cells_raise(f"{mode}: {path.relative_to(course)}", nbformat.read(path, as_version=4))
-    assert scores["cache"]["ann"] == scores["cache"]["ben"] == scores["no-cache"]["ann"]
+    assert scores["default"] == scores["neither"]
 
 
 # --- input formats, limits and bad input ---------------------------------------
@@ -129,6 +129,32 @@ def test_only_a_kernel_lost_before_its_first_cell_is_tried_again():
     assert not died_at_startup("[ERROR] Kernel died while waiting for execute reply.\n"
                                "nbclient.exceptions.DeadKernelError: Kernel died", "")
     assert not died_at_startup("nbclient.exceptions.UnresponsiveKernelError: Kernel became unresponsive", "")
+
+
+def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one(tmp_path, env):
+    """Grading workers are forked from the grader's process (pool.py), which
+    must run one thread then. tqdm starts a monitor thread with its first bar;
+    the grader's bar does not."""
+    import threading
+
+    from donation_course.grading.pool import Pool
+
+    count = ("import sys, threading\n{make}\nbar = progress_bar(3); bar.update()\n"
+             "print(threading.active_count(), file=sys.__stdout__)")
+    plain = "from tqdm import tqdm\nprogress_bar = lambda n: tqdm(total=n)"
+    ours = "from donation_course.grading.cli import progress_bar"
+    threads = {name: run([sys.executable, "-c", count.format(make=make)], env).stdout.split()
+               for name, make in (("tqdm", plain), ("grader", ours))}
+    assert threads == {"tqdm": ["2"], "grader": ["1"]}
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="other")
+    other.start()
+    try:
+        with pytest.raises(RuntimeError, match="grading workers are forked.*'other'"):
+            Pool(1, tmp_path, tmp_path, 6, 512, str(tmp_path), str(tmp_path))
+    finally:
+        stop.set()
+        other.join()
 
 
 def test_naming_rules_for_flat_exports(tmp_path):

@@ -3,10 +3,10 @@
 - Solution copies: the only errors are in cells tagged `raises-exception`,
   and each of those cells does raise (a meant-to-fail cell that stops failing
   means JAX changed and the lesson text is now wrong). test_grading.py
-  grades the solved course (sandboxed, and with the compile cache) and
-  asserts this on the notebooks autograde ran
-  (conftest.assert_only_tagged_cells_raise): running them here as well would
-  run every solution once more.
+  grades the solved course (as by default, and with neither sandbox nor
+  compile cache) and asserts this on the notebooks autograde ran
+  (conftest.assert_only_tagged_cells_raise): running them here as well
+  would run every solution once more.
 - Learner copies: errors only where expected: tagged cells, unanswered answer
   cells (NotImplementedError), and the test cells of those exercises, which
   say "Not answered yet" rather than failing with a NameError.

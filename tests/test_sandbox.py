@@ -9,8 +9,9 @@ import sys
 import nbformat
 import pytest
 
-from conftest import make_course
+from conftest import GRADE_LIMITS, make_course
 from donation_course.course import COURSE, ROOT
+from donation_course.grading.compile_cache import FOLDER as CACHE
 from donation_course.grading.scan import scan_notebook, scan_source
 
 from donation_course.corpus import exercise as corpus
@@ -89,18 +90,21 @@ def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not
 
 # --- inside a grading kernel -------------------------------------------------------
 
-def run_in_sandbox(tmp_path, code):
+def run_in_sandbox(tmp_path, code, cache=None):
     """Start one grading kernel the way a worker does (kernelspec, ipc,
-    scratch folder) with its working folder in a course, run `code`, return stdout."""
+    scratch folder, the compile cache `cache` if given) with its working
+    folder in a course, run `code`, return (course, working folder, stdout)."""
     script = tmp_path / "k.py"
     script.write_text(f"""
 import os, sys, tempfile
 from pathlib import Path
 from jupyter_client.manager import KernelManager
-from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_scratch, serve_env
+from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_scratch, serve_env, use_compile_cache
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
 serve_env(tmp + "/w0", True)
+if {str(cache or "")!r}:
+    use_compile_cache({str(cache or "")!r})
 run = new_scratch("alice")
 km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
 km.ip = os.environ["DONATION_LAB_RUNTIME"] + "/kernel-ipc"
@@ -130,6 +134,9 @@ print("".join(out))
 
 @needs_bwrap
 def test_a_grading_kernel_reaches_nothing_but_its_own_copy(tmp_path):
+    cache = tmp_path / "course-cache"  # as the course's compile cache: read, never written
+    cache.mkdir()
+    (cache / "entry-cache").write_text("compiled by the instructor")
     code = f"""
 import os, socket
 def tryit(label, f):
@@ -138,6 +145,11 @@ def tryit(label, f):
     except Exception as e:
         print(label, "blocked", type(e).__name__)
 course = os.path.dirname(os.path.dirname(os.path.dirname(os.getcwd())))
+cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
+print("cache-entry", open(os.path.join(cache, "entry-cache")).read(), "|")
+print("cache-min-time", os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
+tryit("cache-overwrite", lambda: open(os.path.join(cache, "entry-cache"), "w").write("planted"))
+tryit("cache-plant", lambda: open(os.path.join(cache, "new-cache"), "w").write("planted"))
 tryit("gradebook", lambda: open(os.path.join(course, "gradebook.db")).read())
 tryit("classmate", lambda: os.listdir(os.path.join(course, "submitted", "bob")))
 tryit("course-source", lambda: os.listdir(os.path.join(course, "source")))
@@ -149,11 +161,15 @@ print("own-file", open("mine.txt").read())
 open("mine.txt", "w").write("changed in the sandbox")
 print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0])
 """
-    course, cwd, out = run_in_sandbox(tmp_path, code)
+    course, cwd, out = run_in_sandbox(tmp_path, code, cache=cache)
     # the instructor's home: at most the folder holding the interpreter the venv was made from
     assert "home []" in out or "home ['.pyenv']" in out, out
-    for label in ("gradebook", "classmate", "course-source", "repo-source", "network", "overwrite"):
+    for label in ("gradebook", "classmate", "course-source", "repo-source", "network", "overwrite",
+                  "cache-overwrite", "cache-plant"):
         assert f"{label} blocked" in out, out
+    assert "cache-entry compiled by the instructor |" in out and "cache-min-time inf" in out, out
+    assert [p.name for p in cache.iterdir()] == ["entry-cache"]
+    assert (cache / "entry-cache").read_text() == "compiled by the instructor"
     assert "REACHED" not in out, out
     assert "own-file alice's file" in out, out
     assert "uid 65534" in out, out  # not root: RLIMIT_NPROC applies
@@ -162,7 +178,66 @@ print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0
     assert (cwd / "mine.txt").read_text() == "alice's file"  # writes went to the scratch copy
 
 
+@needs_bwrap
+def test_a_grading_kernel_loads_what_the_source_compiled_and_writes_nothing(tmp_path, course_template):
+    """The course's compile cache (compile_cache.py, filled by the grader's
+    prepare from the source's hidden tests) serves a correct answer's
+    programs to a sandboxed kernel; a program the source never compiled
+    compiles as usual and is not written."""
+    cache = course_template / CACHE
+    before = sorted(p.name for p in cache.iterdir())
+    code = """
+import functools, logging, sys
+import jax, jax.numpy as jnp
+log = logging.getLogger("jax._src.compiler")
+log.addHandler(logging.StreamHandler(sys.stdout)); log.setLevel(logging.DEBUG)
+def update_with_donate(state, delta):
+    return state + delta
+def other_name(state, delta):
+    return state + delta
+for f in (update_with_donate, other_name):
+    jax.jit(f, donate_argnums=(0,))(jnp.array([1.0, 2.0]), jnp.array([0.5, 0.5]))
+"""
+    _, _, out = run_in_sandbox(tmp_path, code, cache=cache)
+    lines = [ln for ln in out.splitlines() if "update_with_donate" in ln or "other_name" in ln]
+    assert any("cache hit for 'jit_update_with_donate'" in ln.lower() for ln in lines), out
+    assert any("CACHE MISS for 'jit_other_name'" in ln for ln in lines), out
+    assert not any("cache hit for 'jit_other_name'" in ln.lower() for ln in lines), out
+    assert sorted(p.name for p in cache.iterdir()) == before
+
+
 # --- through ./course grade -------------------------------------------------------
+
+PLANTER = """
+import os
+cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
+before = len(os.listdir(cache))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.jit(lambda x: x * 3)(jnp.ones(3))
+print("planted", len(os.listdir(cache)) - before)
+"""
+
+
+def test_an_unsandboxed_run_leaves_the_courses_compile_cache_as_it_was(tmp_path, env, generated_course):
+    """--no-sandbox kernels run as the instructor: only JAX's setting keeps
+    them from writing the compile cache, so they get this run's copy of it.
+    A submission that turns writing back on writes into the copy alone."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    corpus.build(tmp_path / "files")
+    nb = nbformat.read(tmp_path / "files" / f"partial_{EX}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
+            cell.source += PLANTER
+    nbformat.write(nb, subs / f"planter_{EX}.ipynb")
+    course = generated_course(tmp_path / "course")
+    before = sorted(p.name for p in (course / CACHE).iterdir())
+    grade(env, subs, "--course", course, "--no-sandbox", *GRADE_LIMITS)
+    graded = (course / "autograded" / "planter" / ASSIGNMENT / f"{EX}.ipynb").read_text()
+    assert "planted 1" in graded
+    assert sorted(p.name for p in (course / CACHE).iterdir()) == before
+
+
 
 HOSTILE_ENV = {"PYTHONWARNINGS": "default", "JAX_DEBUG_NANS": "1", "JAX_ENABLE_X64": "1",
                "XLA_FLAGS": "--xla_force_host_platform_device_count=3", "JAX_DISABLE_JIT": "1",

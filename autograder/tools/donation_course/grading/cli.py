@@ -28,6 +28,8 @@ from pathlib import Path
 
 from ..course import AUTOGRADER, Course, CourseError, read_notebook, run_nbgrader
 from .collect import collect, stage
+from .compile_cache import FOLDER as CACHE
+from .compile_cache import fill
 from .lms import PRESETS
 from .pool import run_pool
 
@@ -59,8 +61,8 @@ def parse(argv):
                    help="assignment column of canvas-import.csv, as Canvas names it, e.g. 'Buffer Donation (123)'")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-compile-cache", action="store_true",
-                   help="compile every submission's JAX code afresh (default: each worker keeps a JAX "
-                   "compilation cache for this run, so code many students share compiles once)")
+                   help="compile every submission's JAX code afresh (default: the grading kernels read, "
+                   "never write, a JAX compilation cache of what the course's own solution compiled)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run the grading kernels without bubblewrap (every CSV row then says 'sandbox off')")
     return p.parse_args(argv)
@@ -78,16 +80,18 @@ def source_digest(course: Course) -> str:
     return digest_files(course.source_notebooks() + [course.root / "nbgrader_config.py"])
 
 
-def ensure_assignment(course: Course, state: dict, log: Path) -> None:
+def ensure_assignment(course: Course, state: dict, log: Path) -> bool:
     """Generate the assignment (release/ and the gradebook's entries) unless
-    the state says it was generated from the source as it is now."""
+    the state says it was generated from the source as it is now. True if
+    it was generated now."""
     source_hash = source_digest(course)
     fresh = (state.get("source") == source_hash and course.gradebook.exists() and course.release.is_dir())
     if fresh:
-        return
+        return False
     run_nbgrader(course.root, "generate_assignment", course.assignment, "--force", log=log)
     state["source"] = source_hash
     state["students"] = {}  # a new assignment version: everyone is graded again
+    return True
 
 
 @contextlib.contextmanager
@@ -280,15 +284,20 @@ def save_state(path: Path, state: dict) -> None:
     write_atomic(path, json.dumps(state, indent=1))
 
 
-def prepare(course: Course, out: Path, say) -> dict:
+def prepare(course: Course, out: Path, say, compile_cache: bool = True) -> dict:
     """A run's first step on a course: read the state file (or start it
-    afresh), generate the assignment if its source changed, save the state.
-    Returns the state."""
+    afresh), generate the assignment if its source changed, save the state;
+    with `compile_cache`, compile the hidden checks' programs from the
+    source when the assignment was generated or the cache is missing
+    (compile_cache.py). Returns the state."""
     path = course.root / STATE
     state = load_state(path, say)
-    ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
+    generated = ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
     state.setdefault("students", {})
     save_state(path, state)
+    cache = course.root / CACHE
+    if compile_cache and (generated or not cache.is_dir()):
+        say(fill(course, cache))
     return state
 
 
@@ -322,7 +331,7 @@ class Run:
         self.cell_timeout = min(args.cell_timeout or self.C.cell_timeout(), args.timeout)
 
     def prepare(self):
-        self.state = prepare(self.C, self.out, self.say)
+        self.state = prepare(self.C, self.out, self.say, compile_cache=not self.args.no_compile_cache)
         self.students_state = self.state["students"]
 
     def collect(self, workdir: Path):
@@ -427,11 +436,7 @@ class Run:
         for sid in self.todo:
             if sid not in self.gradable:  # nothing valid to grade
                 self.on_result({"student": sid, "notebooks": {}, "ok": False, "status": "invalid", "reason": ""})
-        bar = None
-        if not self.args.no_progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(self.gradable), unit="student", desc="grading", file=sys.stderr)
+        bar = None if self.args.no_progress else progress_bar(len(self.gradable))
         self.start = time.monotonic()
         try:
             if self.gradable:
@@ -484,6 +489,16 @@ class Run:
                      csv_text(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", header],
                               [points, *canvas]))
         return rows
+
+
+def progress_bar(total: int):
+    """tqdm's bar on stderr, without its monitor thread (tqdm starts one per
+    process by default): the grading workers are forked from this process,
+    which must run one thread then (pool.py)."""
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0
+    return tqdm(total=total, unit="student", desc="grading", file=sys.stderr)
 
 
 def csv_text(fields, rows) -> str:

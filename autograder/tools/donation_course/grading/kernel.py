@@ -86,7 +86,7 @@ def main() -> None:
     if os.getuid() == 0:  # the kernel (the sandbox uid) reads its connection file, makes its sockets
         os.chown(conn, SANDBOX_UID, SANDBOX_UID)
         os.chown(runtime, SANDBOX_UID, SANDBOX_UID)
-    cmd = bwrap_argv(cwd, str(scratch), runtime)
+    cmd = bwrap_argv(cwd, str(scratch), runtime, extra_ro=[cache] if cache else [])
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     cmd += ["--", sys.executable, "-m", "donation_course.grading.kernel", "--inner", *argv]

@@ -5,59 +5,49 @@ import multiprocessing as mp
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
-# Where the run's sockets live (the kernels' ipc sockets in the scratch folder,
-# the fork server's): a unix socket's path has at most 107 bytes, and a
-# user's TMPDIR may be deeper.
+from .compile_cache import FOLDER as CACHE
+
+# Where the kernels' ipc sockets live (in the run's scratch folder): a unix
+# socket's path has at most 107 bytes, and a user's TMPDIR may be deeper.
 SOCKET_TMP = "/tmp"
 
 
 class Pool:
     """N long-lived workers; each can be killed (with its kernel) and replaced."""
 
-    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache=True,
+    def __init__(self, n, course, dbdir, cell_timeout, memory_mb, kernel_dir, logs, compile_cache="",
                  sandbox=True, scratch=""):
-        # Workers fork from one server process that has imported nbgrader and
-        # the worker once (about 1 s of CPU), instead of each starting a fresh
-        # Python that imports it all again ("spawn"); the server is a clean,
-        # single-threaded process, unlike this one.
-        self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["donation_course.grading.worker", "nbgrader.apps"])
+        # Workers are forked from this process, which has imported nbgrader
+        # already: a worker costs no Python start-up and no imports (about
+        # 1 s of CPU each with "spawn", and as much once per run for a fork
+        # server's own imports). Forking is sound while this process runs
+        # one thread: a run starts none (cli.progress_bar switches tqdm's
+        # monitor thread off), and _start refuses to fork otherwise.
+        self.ctx = mp.get_context("fork")
         self.args = (course, dbdir, cell_timeout, memory_mb, kernel_dir)
         self.logs = logs
-        # A JAX compile cache that one kernel writes and the next one reads would
-        # let one submission plant compiled programs that another student's
-        # code then runs: sandboxed kernels get none (see README).
-        self.compile_cache = compile_cache and not sandbox
+        # the course's read-only compile cache, or "" (compile_cache.py)
+        self.compile_cache = compile_cache
         self.sandbox, self.scratch = sandbox, scratch
-        # The fork server listens on a unix socket in multiprocessing's temp
-        # folder, made on first use under tempfile's: under SOCKET_TMP.
-        # multiprocessing removes it at exit.
-        saved, tempfile.tempdir = tempfile.tempdir, SOCKET_TMP
-        try:
-            self.slots = [self._start(i) for i in range(n)]
-        finally:
-            tempfile.tempdir = saved
+        self.slots = [self._start(i) for i in range(n)]
 
     def _start(self, i):
         from .worker import serve
 
+        if threading.active_count() != 1:
+            raise RuntimeError(f"grading workers are forked, and this process runs {threading.active_count()} "
+                               f"threads: {[t.name for t in threading.enumerate()]}")
         course, dbdir, cell_timeout, memory_mb, kernel_dir = self.args
         db = Path(dbdir) / f"worker-{i}.db"
         shutil.copyfile(Path(course) / "gradebook.db", db)
-        cache = ""
-        if self.compile_cache:
-            # a fresh folder for a fresh worker: one that was killed may have
-            # left an entry half-written
-            cache = Path(dbdir) / f"jax-cache-{i}"
-            shutil.rmtree(cache, ignore_errors=True)
-            cache.mkdir()
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=serve, args=(child, str(course), str(db), cell_timeout, memory_mb, kernel_dir,
-                                      str(Path(self.logs) / f"worker-{i}.log"), str(cache),
+                                      str(Path(self.logs) / f"worker-{i}.log"), self.compile_cache,
                                       str(Path(self.scratch) / f"w{i}"), self.sandbox),
                                 daemon=True)
         proc.start()
@@ -105,9 +95,16 @@ def run_pool(students, course, args, cell_timeout, on_result, progress):
         kernel_dir = make_kernelspec(Path(tmp) / "jupyter", sys.executable)
         logs = Path(args.out_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        sandbox = not getattr(args, "no_sandbox", False)
+        cache = course.root / CACHE
+        if args.no_compile_cache or not cache.is_dir():
+            cache = ""
+        elif not sandbox:
+            # Unsandboxed kernels could write to the course's cache (JAX is
+            # only told not to): they get this run's copy of it.
+            cache = shutil.copytree(cache, Path(tmp) / "compile-cache")
         pool = Pool(max(1, min(args.workers, len(students))), course.root, tmp, cell_timeout, args.memory_mb,
-                    str(kernel_dir), str(logs), compile_cache=not args.no_compile_cache,
-                    sandbox=not getattr(args, "no_sandbox", False), scratch=scratch)
+                    str(kernel_dir), str(logs), compile_cache=str(cache), sandbox=sandbox, scratch=scratch)
         queue = list(students)
         pending = len(queue)
         try:

@@ -52,9 +52,12 @@ def _roots() -> list:
     return sorted(str(p) for p in paths)
 
 
-def fixed_env(home: str, cache: str = "") -> dict:
+def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
     """The grading kernel's environment, built from scratch: the same in any
-    instructor shell (no JAX_*/XLA_FLAGS, PYTHONWARNINGS or locale of theirs)."""
+    instructor shell (no JAX_*/XLA_FLAGS, PYTHONWARNINGS or locale of theirs).
+    With `cache`, JAX reads compiled programs from that folder; it writes
+    them there only if `writable` (compile_cache.py: only the instructor's
+    own notebooks run so)."""
     venv_bin = str(Path(sys.executable).parent)
     env = {
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -67,8 +70,13 @@ def fixed_env(home: str, cache: str = "") -> dict:
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
     }
     if cache:
-        env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+        env.update(JAX_COMPILATION_CACHE_DIR=cache,
+                   # JAX writes an entry only if compiling took at least this long
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0" if writable else "inf",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+                   # no XLA caches beside it (GPU autotuning, by default): their
+                   # path would enter every key, and a copied course would match none
+                   JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="none")
     return env
 
 

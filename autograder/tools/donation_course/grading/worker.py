@@ -217,18 +217,9 @@ def _grade(api, course, student, ASSIGNMENT, result, flags):
 
 
 def use_compile_cache(folder) -> None:
-    """Give this worker's kernels one JAX persistent compilation cache.
-
-    A class hands in nearly the same code many times (the lessons' cells,
-    and `state + delta` under a handful of names), and XLA compilation is a
-    large share of a notebook's run time. With the cache, a kernel that
-    compiles a program some earlier student's kernel already compiled (same
-    computation, same options, same jaxlib: JAX's cache key) loads it instead.
-    One folder per worker: a worker runs one kernel at a time, so no two
-    kernels ever write and read one entry at once (JAX writes entries
-    without a lock). Results are the same with or without it; the test suite
-    grades the solved course both ways.
-    """
+    """Give this worker's kernels the course's JAX compilation cache, to
+    read only (compile_cache.py). Results are the same with or without it;
+    the test suite grades the solved course both ways."""
     os.environ["DONATION_LAB_COMPILE_CACHE"] = str(folder)  # kernel.py passes it on
 
 
