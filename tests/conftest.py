@@ -179,13 +179,25 @@ make_course = scratch_course  # a scratch copy of the nbgrader course (config + 
 @pytest.fixture(scope="session")
 def course_template(tmp_path_factory):
     """A scratch course as `./course grade`'s first step leaves it (the
-    grader's own `prepare`: nbgrader's generate_assignment has run, the state
-    file records from which source). See `generated_course`."""
+    grader's own `prepare`: nbgrader's generate_assignment has run, the
+    compile cache is filled, the state file records from what). Made once
+    per session: the first xdist worker to need it builds it, under a lock,
+    in the folder the workers share. See `generated_course`."""
+    import fcntl
+
     from donation_course.course import Course
     from donation_course.grading.cli import prepare
 
-    course = make_course(tmp_path_factory.mktemp("template") / "course")
-    prepare(Course(course), course / ".grading", say=print)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    course = shared / "course-template"
+    with open(shared / "course-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not course.exists():
+            building = make_course(shared / "course-template.building")
+            prepare(Course(building), building / ".grading", say=print)
+            building.rename(course)  # complete, or not there
     return course
 
 

@@ -157,6 +157,39 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
         other.join()
 
 
+def test_the_compile_cache_is_filled_again_only_when_what_it_ran_changes(tmp_path):
+    from donation_course.course import Course
+    from donation_course.grading.cli import cache_digest
+
+    course = Course(make_course(tmp_path / "course"))
+    before = cache_digest(course)
+    with open(course.root / "nbgrader_config.py", "a") as fh:  # the assignment is generated again, no more
+        fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    assert cache_digest(course) == before
+    exercise = course.source / f"{EX}.ipynb"
+    nb = nbformat.read(exercise, as_version=4)
+    nb.cells[-1].source += "\n"
+    nbformat.write(nb, exercise)
+    assert cache_digest(course) != before
+
+
+def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):
+    from donation_course.course import Course
+    from donation_course.grading.compile_cache import fill, notebooks_with_hidden_tests
+
+    course = Course(make_course(tmp_path / "course"))
+    for path in notebooks_with_hidden_tests(course)[:-1]:
+        path.unlink()  # the exercise alone, to keep this short
+    exercise = course.source / f"{EX}.ipynb"
+    nb = nbformat.read(exercise, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
+    nbformat.write(nb, exercise)
+    line = fill(course, tmp_path / "cache", "digest")
+    assert line.startswith("note: no compile cache (running the source's hidden tests failed") and \
+        line.endswith("grading without it"), line
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "cache.new").exists()
+
+
 def test_naming_rules_for_flat_exports(tmp_path):
     from donation_course.grading.collect import collect
 

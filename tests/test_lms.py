@@ -12,7 +12,7 @@ import zipfile
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, grade, make_course, nbgrader, read_grades
+from conftest import GRADE_LIMITS, grade, nbgrader, read_grades
 from donation_course.course import COURSE, ROOT
 from donation_course.corpus import exercise as corpus
 
@@ -39,14 +39,14 @@ def gradebook(course):
                                s.timestamp) for s in gb.find_assignment(ASSIGNMENT).submissions}
 
 
-def late_course(path, env):
-    """A scratch course whose late penalty is nbgrader's LateSubmissionPlugin
-    ('zero'), with a due date in the gradebook, on which the grader's first
-    step (prepare: nbgrader's generate_assignment) has run."""
+def late_course(course, env):
+    """The scratch course `course` (a generated one), made one whose late
+    penalty is nbgrader's LateSubmissionPlugin ('zero'), with a due date in
+    the gradebook, on which the grader's first step (prepare: nbgrader's
+    generate_assignment, for the changed config) has run."""
     from donation_course.course import Course
     from donation_course.grading.cli import prepare
 
-    course = make_course(path)
     with open(course / "nbgrader_config.py", "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
     nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}", env=env)
@@ -210,7 +210,7 @@ def _zip(folder, archive):
     return archive
 
 
-def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env):
+def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env, generated_course):
     files = tmp_path / "corpus"
     corpus.build(files)
     answer = {k: files / f"{k}_{EX}.ipynb" for k in ("partial", "nodonate", "wrongvalue")}
@@ -237,7 +237,7 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env)
         dest.mkdir(parents=True)
         shutil.copy(answer[key], dest / f"{EX}.ipynb")
 
-    course = late_course(tmp_path / "course", env)
+    course = late_course(generated_course(tmp_path / "course"), env)
     serial = shutil.copytree(course, tmp_path / "serial")  # the same course, for serial nbgrader below
     grade(env, _zip(canvas, tmp_path / "canvas.zip"), "--course", course, *LIMITS)
     grade(env, bb, "--course", course, *LIMITS)

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..course import AUTOGRADER, Course, CourseError, read_notebook, run_nbgrader
 from .collect import collect, stage
 from .compile_cache import FOLDER as CACHE
-from .compile_cache import fill
+from .compile_cache import fill, filled_from, notebooks_with_hidden_tests
 from .lms import PRESETS
 from .pool import run_pool
 
@@ -80,18 +80,23 @@ def source_digest(course: Course) -> str:
     return digest_files(course.source_notebooks() + [course.root / "nbgrader_config.py"])
 
 
-def ensure_assignment(course: Course, state: dict, log: Path) -> bool:
+def cache_digest(course: Course) -> str:
+    """What the compile cache is filled from: the notebooks with hidden tests, run with this JAX."""
+    from importlib.metadata import version
+
+    return digest_files(notebooks_with_hidden_tests(course)) + f"-jax-{version('jax')}-jaxlib-{version('jaxlib')}"
+
+
+def ensure_assignment(course: Course, state: dict, log: Path) -> None:
     """Generate the assignment (release/ and the gradebook's entries) unless
-    the state says it was generated from the source as it is now. True if
-    it was generated now."""
+    the state says it was generated from the source as it is now."""
     source_hash = source_digest(course)
     fresh = (state.get("source") == source_hash and course.gradebook.exists() and course.release.is_dir())
     if fresh:
-        return False
+        return
     run_nbgrader(course.root, "generate_assignment", course.assignment, "--force", log=log)
     state["source"] = source_hash
     state["students"] = {}  # a new assignment version: everyone is graded again
-    return True
 
 
 @contextlib.contextmanager
@@ -287,17 +292,18 @@ def save_state(path: Path, state: dict) -> None:
 def prepare(course: Course, out: Path, say, compile_cache: bool = True) -> dict:
     """A run's first step on a course: read the state file (or start it
     afresh), generate the assignment if its source changed, save the state;
-    with `compile_cache`, compile the hidden checks' programs from the
-    source when the assignment was generated or the cache is missing
+    with `compile_cache`, fill the compile cache anew if it is missing or
+    the notebooks with hidden tests (or JAX) changed since it was filled
     (compile_cache.py). Returns the state."""
     path = course.root / STATE
     state = load_state(path, say)
-    generated = ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
+    ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
     state.setdefault("students", {})
     save_state(path, state)
-    cache = course.root / CACHE
-    if compile_cache and (generated or not cache.is_dir()):
-        say(fill(course, cache))
+    if compile_cache:
+        cache, digest = course.root / CACHE, cache_digest(course)
+        if filled_from(cache) != digest:
+            say(fill(course, cache, digest))
     return state
 
 

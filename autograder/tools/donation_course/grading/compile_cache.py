@@ -3,18 +3,20 @@ compiled, read-only for the class.
 
 For every correct answer, the hidden checks compile the same programs
 (`update_with_donate` and `train_step`, under the names the exercise asks
-for, on the checks' shapes), and compiling them is most of a graded
-notebook's run time. So, whenever the assignment is generated, the grader
+for, on the checks' shapes), and compiling them is about a third of a
+graded submission's CPU (README, "Where the time went"). So the grader
 runs the source of each notebook that has hidden tests (the instructor's
 solution and hidden tests, no student's code) once, in a kernel with the
 grading kernels' fixed environment, and keeps what JAX compiled there as a
-persistent compilation cache (`fill`). Grading kernels read it and never
-write it:
+persistent compilation cache (`fill`; again whenever those notebooks or
+JAX change: cli.prepare). Grading kernels read it and never write it:
 
 - JAX writes no entry whose compile took less than
   `jax_persistent_cache_min_compile_time_secs`, and for grading kernels that
   is infinite (sandbox.fixed_env);
-- the sandbox binds the folder read-only (sandbox.bwrap_argv).
+- the sandbox binds the folder read-only (sandbox.bwrap_argv), and
+  `--no-sandbox` kernels, which nothing stops from writing, get a copy that
+  lasts one run (pool.run_pool).
 
 So no submission can leave a program that another student's kernel then
 runs. JAX's cache key covers the computation, the compile options, the XLA
@@ -34,6 +36,7 @@ from .sandbox import fixed_env
 FOLDER = ".grading/compile-cache"  # in the course, beside the grader's state file
 HIDDEN = "### BEGIN HIDDEN TESTS"
 CELL_TIMEOUT = 120  # seconds per cell of the instructor's own notebook
+STAMP = "filled-from"  # in the folder: what it was filled from (JAX reads only its *-cache entries)
 
 
 def notebooks_with_hidden_tests(course: Course) -> list:
@@ -43,11 +46,19 @@ def notebooks_with_hidden_tests(course: Course) -> list:
             if any(HIDDEN in cell.source for cell in nbformat.read(path, as_version=4).cells)]
 
 
-def fill(course: Course, folder: Path) -> str:
+def filled_from(folder: Path) -> str:
+    """What `folder` was filled from (the `digest` given to fill), or "" if it is no complete cache."""
+    try:
+        return (folder / STAMP).read_text()
+    except OSError:
+        return ""
+
+
+def fill(course: Course, folder: Path, digest: str) -> str:
     """Run each notebook with hidden tests, from the course's source, with
-    `folder` as JAX's compile cache (made anew); return a line for the
-    instructor. If that run fails, there is no cache: grading goes on
-    without it.
+    `folder` as JAX's compile cache (made anew, recording `digest` as what
+    it was filled from); return a line for the instructor. If that run
+    fails, there is no cache: grading goes on without it.
     In a process of its own: the kernel client leaves threads behind, and
     the grader's process must have one when it forks its workers (pool.py)."""
     new = folder.with_name(folder.name + ".new")
@@ -60,11 +71,12 @@ def fill(course: Course, folder: Path) -> str:
         shutil.rmtree(new, ignore_errors=True)
         why = (run.stdout.strip().splitlines() or ["no output"])[-1]
         return f"note: no compile cache (running the source's hidden tests failed: {why}); grading without it"
+    entries = sum(1 for _ in new.iterdir())
+    (new / STAMP).write_text(digest)
     for path in [new, *new.rglob("*")]:  # readable by the sandbox's uid, whatever the umask
         path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
     new.rename(folder)
-    return (f"compiled the hidden tests' programs from the source once: "
-            f"{sum(1 for _ in folder.iterdir())} entries in {folder}")
+    return f"compiled the hidden tests' programs from the source once: {entries} entries in {folder}"
 
 
 def run_notebooks(course: Course, cache: Path) -> None:
