@@ -51,16 +51,22 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
 # so no long test starts last while the other worker sits idle. An ordering
 # hint only: a wrong figure costs time, never a result.
 UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "released_course": 20,
-                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 73,
-                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 67,
-                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 27,
-                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 29,
-                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 25,
+                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
+                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
+                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,
+                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 22,
+                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 22,
                 "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 15,
-                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 20,
-                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 21,
-                "test_grading.py::test_zip_input_and_naming_rules": 8,
+                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 13,
+                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 19,
+                "test_grading.py::test_zip_input_and_naming_rules": 7,
                 "test_lessons_execute.py::test_learner_copy_errors_only_where_expected": 5}
+
+
+# Units that mostly wait (a student sleeping out the whole-submission time
+# limit) go out first, beside the graded corpus, whose two grading workers
+# keep both cores busy meanwhile; last, they would leave a core idle.
+WAITING_UNITS = {"test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop"}
 
 
 def _unit(nodeid: str) -> str:
@@ -77,7 +83,7 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):
-        """Units of work as above, the longest first."""
+        """Units of work as above: the waiting ones, then the longest first."""
 
         def _split_scope(self, nodeid):
             return _unit(nodeid)
@@ -86,7 +92,8 @@ def pytest_xdist_make_scheduler(config, log):
             # xdist queues units in collection order (or by test count):
             # before the first one goes out, the longest go to the front.
             if not getattr(self, "_longest_first", False):
-                queue = sorted(self.workqueue.items(), key=lambda item: -_unit_seconds(item[0]))
+                queue = sorted(self.workqueue.items(),
+                               key=lambda item: (item[0] not in WAITING_UNITS, -_unit_seconds(item[0])))
                 self.workqueue.clear()
                 self.workqueue.update(queue)
                 self._longest_first = True
