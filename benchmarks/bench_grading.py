@@ -130,7 +130,7 @@ def main():
     print("| run | wall | per submission |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
-    print(f"\n| figure | value | target |\n|---|---|---|")
+    print("\n| figure | value | target |\n|---|---|---|")
     print(f"| throughput vs serial nbgrader | {t_serial / t_par:.2f}x | >= 1.8x |")
     print(f"| per-submission time vs floor | {t_par / t_floor:.2f}x | <= 1.3x |")
     print(f"\nreproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --n {n} --workers {a.workers}")

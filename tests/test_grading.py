@@ -62,7 +62,7 @@ def test_zip_input_and_naming_rules(tmp_path, env, generated_course):
     corpus.build(files)
     archive = tmp_path / "lms.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        zf.write(files / f"partial_{EX}.ipynb", f"export/Alice.ipynb")  # <student>.ipynb
+        zf.write(files / f"partial_{EX}.ipynb", "export/Alice.ipynb")  # <student>.ipynb
         zf.write(files / f"wrongvalue_{EX}.ipynb", f"export/bob_{EX}.ipynb")  # <student>_<notebook>
         zf.writestr("__MACOSX/._junk.ipynb", "junk")
     course = generated_course(tmp_path / "course")

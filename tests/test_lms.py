@@ -91,7 +91,7 @@ def test_blackboard_attempts_latest_wins_and_receipts_are_skipped(tmp_path):
         touch(tmp_path, f"Buffer Donation Lab_jdoe_attempt_{ts}_{EX}.ipynb",
               f"Buffer Donation Lab_jdoe_attempt_{ts}.txt")
     touch(tmp_path, f"Buffer Donation Lab_m.smith2_attempt_2024-02-28-23-59-59_{EX}.ipynb",
-          f"Buffer Donation Lab_jdoe_attempt_2024-03-02-09-30-00_03_pitfalls.ipynb")
+          "Buffer Donation Lab_jdoe_attempt_2024-03-02-09-30-00_03_pitfalls.ipynb")
     found, preset, files = collect(tmp_path)
     assert preset == "blackboard" and not found.problems
     assert files == {"jdoe": {EX: f"Buffer Donation Lab_jdoe_attempt_2024-03-02-09-30-00_{EX}.ipynb",

@@ -159,8 +159,6 @@ def new_scratch(student: str, api=None) -> Path:
 
 
 def grade_one(api, course: Path, student: str) -> dict:
-    from nbgrader.api import Gradebook
-
     ASSIGNMENT = Course(course).assignment
 
     result = {"student": student, "notebooks": {}, "ok": True, "reason": ""}
