@@ -7,9 +7,10 @@ for, on the checks' shapes), and compiling them is about a third of a
 graded submission's CPU (README, "Where the time went"). So the grader
 runs the source of each notebook that has hidden tests (the instructor's
 solution and hidden tests, no student's code) once, in a kernel with the
-grading kernels' fixed environment, and keeps what JAX compiled there as a
-persistent compilation cache (`fill`; again whenever those notebooks or
-JAX change: cli.prepare). Grading kernels read it and never write it:
+grading kernels' fixed environment (as `--no-sandbox` kernels get it), and
+keeps what JAX compiled there as a persistent compilation cache (`fill`;
+again whenever those notebooks or JAX change: cli.prepare). Grading
+kernels read it and never write it:
 
 - JAX writes no entry whose compile took less than
   `jax_persistent_cache_min_compile_time_secs`, and for grading kernels that
@@ -31,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from ..course import Course
-from .sandbox import fixed_env
+from .sandbox import unsandboxed_env
 
 FOLDER = ".grading/compile-cache"  # in the course, beside the grader's state file
 HIDDEN = "### BEGIN HIDDEN TESTS"
@@ -92,8 +93,7 @@ def run_notebooks(course: Course, cache: Path) -> None:
         (specs / "fill" / "kernel.json").write_text(json.dumps({
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "fill", "language": "python"}))
-        env = fixed_env(home=home, cache=str(cache), writable=True)
-        env.update(IPYTHONDIR=f"{home}/ipython", MPLCONFIGDIR=f"{home}/mpl", TMPDIR=home)
+        env = unsandboxed_env(home, cache=str(cache), writable=True)
         for path in notebooks_with_hidden_tests(course):
             nb = nbformat.read(path, as_version=4)
             km = AsyncKernelManager(kernel_name="fill",

@@ -66,7 +66,7 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--inner"]:
         return inner(argv[1:])
-    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, prepare_scratch
+    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, prepare_scratch, unsandboxed_env
 
     _limits()
     cwd = os.getcwd()
@@ -76,12 +76,10 @@ def main() -> None:
     sandboxed = os.environ.get("DONATION_LAB_SANDBOX", "1") != "0"
     cache = os.environ.get("DONATION_LAB_COMPILE_CACHE", "")
     scratch = os.environ["DONATION_LAB_SCRATCH"]
-    env = fixed_env(home=cwd if sandboxed else scratch, cache=cache)
     if not sandboxed:  # same environment, no sandbox: home, ipython and tmp files in the scratch folder
         os.makedirs(scratch, exist_ok=True)
-        env.update(IPYTHONDIR=os.path.join(scratch, "ipython"), MPLCONFIGDIR=os.path.join(scratch, "mpl"),
-                   JUPYTER_DATA_DIR=os.path.join(scratch, "jupyter"), TMPDIR=scratch)
-        os.execve(sys.executable, _kernel(argv), env)
+        os.execve(sys.executable, _kernel(argv), unsandboxed_env(scratch, cache=cache))
+    env = fixed_env(home=cwd, cache=cache)
     prepare_scratch(cwd, scratch)
     if os.getuid() == 0:  # the kernel (the sandbox uid) reads its connection file, makes its sockets
         os.chown(conn, SANDBOX_UID, SANDBOX_UID)

@@ -80,6 +80,15 @@ def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
     return env
 
 
+def unsandboxed_env(scratch: str, cache: str = "", writable: bool = False) -> dict:
+    """fixed_env for a kernel outside the sandbox: its home, IPython's,
+    matplotlib's, Jupyter's and temporary files all in `scratch`."""
+    env = fixed_env(home=scratch, cache=cache, writable=writable)
+    env.update(IPYTHONDIR=os.path.join(scratch, "ipython"), MPLCONFIGDIR=os.path.join(scratch, "mpl"),
+               JUPYTER_DATA_DIR=os.path.join(scratch, "jupyter"), TMPDIR=scratch)
+    return env
+
+
 def bwrap_argv(cwd: str, scratch: str, runtime: str, extra_ro=()) -> list:
     """bwrap's command line for a kernel whose working folder is `cwd` (seen
     inside at the same path, backed by `scratch`) and whose connection file
