@@ -20,9 +20,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
+from donation_course.course import NOTEBOOKS, SOLUTIONS
 from donation_course.execute import run_notebook
 from donation_lab.memory import MiB, compare_donation, elements_for_mib
-from donation_course.course import NOTEBOOKS, SOLUTIONS
 
 LESSON_TARGET_S = 20
 COURSE_TARGET_S = 120

@@ -1,186 +1,30 @@
-"""Shared fixtures: paths, the venv environment, a scratch nbgrader course,
-and a JupyterLab server started through the README's lab command."""
+"""Shared fixtures: the venv environment, a scratch nbgrader course made
+once per session, the generated course, and a JupyterLab server started
+through the README's lab command. What the tests share that is not a fixture
+is in helpers.py; how tests are shared out between pytest-xdist's processes is
+in xdist_units.py (a plugin: pyproject.toml's addopts)."""
+import fcntl
 import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
+import shutil
 from pathlib import Path
 
 import pytest
 
-from donation_course.authoring import scratch_course
-from donation_course.course import venv_env
-from donation_course.course import COURSE, NOTEBOOKS, ROOT, SOLUTIONS
-ASSIGNMENT = COURSE.assignment
-SOURCE = COURSE.source
+from donation_course.authoring import generate
+from donation_course.course import Course, venv_env
 
-COURSE_CMD = ROOT / "course"
+# helpers' assertions (read_grades, assert_only_tagged_cells_raise) explain
+# themselves as a test's own do: rewritten, so this must come before the
+# first import of helpers.
+pytest.register_assert_rewrite("helpers")
 
-
-def _load_course_script():
-    """The ./course script as a module (it is stdlib-only; tests reuse its free_port)."""
-    import importlib.machinery
-    import importlib.util
-
-    loader = importlib.machinery.SourceFileLoader("course_script", str(COURSE_CMD))
-    spec = importlib.util.spec_from_loader("course_script", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-free_port = _load_course_script().free_port
-
-
-# --- running on two processes (pytest-xdist; addopts in pyproject.toml) ----------
-#
-# A test is a unit of work on its own, except in these files, whose tests share
-# an expensive fixture (a graded corpus, a built environment, a browser, the
-# generated course): each unit named here runs on one worker, so the fixture
-# is built once. (xdist's own `--dist loadgroup` does not group on pytest
-# 9.2: pytest-xdist issue #1386.)
-SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
-                        "test_binder.py": "binder", "test_browser.py": "browser",
-                        "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course"}
-
-
-# Roughly what each long unit takes on 2 shared cores (seconds, from
-# `./course test --durations=0`): the scheduler hands out the longest first,
-# so no long test starts last while the other worker sits idle. An ordering
-# hint only: a wrong figure costs time, never a result.
-UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "released_course": 20,
-                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
-                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
-                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,
-                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 22,
-                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 22,
-                "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 15,
-                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 13,
-                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 19,
-                "test_grading.py::test_zip_input_and_naming_rules": 7,
-                "test_lessons_execute.py::test_learner_copy_errors_only_where_expected": 5}
-
-
-# Units that mostly wait (a student sleeping out the whole-submission time
-# limit) go out first, beside the graded corpus, whose two grading workers
-# keep both cores busy meanwhile; last, they would leave a core idle.
-WAITING_UNITS = {"test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop"}
-
-
-def _unit(nodeid: str) -> str:
-    path, _, name = nodeid.partition("::")
-    filename = path.rsplit("/", 1)[-1]
-    return SHARED_FIXTURE_UNITS.get(filename) or f"{filename}::{name}"
-
-
-def _unit_seconds(unit: str) -> float:
-    return UNIT_SECONDS.get(unit, UNIT_SECONDS.get(unit.split("[", 1)[0], 1.0))
-
-
-def pytest_xdist_make_scheduler(config, log):
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SharedFixtureScheduling(LoadScopeScheduling):
-        """Units of work as above: the waiting ones, then the longest first."""
-
-        def _split_scope(self, nodeid):
-            return _unit(nodeid)
-
-        def _assign_work_unit(self, node):
-            # xdist queues units in collection order (or by test count):
-            # before the first one goes out, the longest go to the front.
-            if not getattr(self, "_longest_first", False):
-                queue = sorted(self.workqueue.items(),
-                               key=lambda item: (item[0] not in WAITING_UNITS, -_unit_seconds(item[0])))
-                self.workqueue.clear()
-                self.workqueue.update(queue)
-                self._longest_first = True
-            super()._assign_work_unit(node)
-
-        def _reschedule(self, node):
-            # xdist hands a worker its next unit while it still has two tests
-            # to go; then two one-test units pile up behind a long one. Here
-            # a worker gets its next unit at its last test (the one xdist's
-            # worker holds back until more work or the end arrives).
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) <= 1:
-                self._assign_work_unit(node)
-
-    return SharedFixtureScheduling(config, log)
+from helpers import make_course, start_lab  # noqa: E402  (after register_assert_rewrite, see above)
 
 
 @pytest.fixture(scope="session")
 def env():
     """Environment for subprocesses: the venv's bin/ first on PATH."""
     return venv_env()
-
-
-def run(cmd, env, cwd=ROOT, timeout=600, check=True):
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-# Limits for test grading runs: two workers, a short per-cell time. The runs
-# that use them grade the exercise (and two short lessons), whose slowest cell
-# takes under 0.5 s alone; 6 s leaves room for a loaded machine, and the
-# corpus's endless cells (loopafter, snoop) burn no more CPU than that.
-GRADE_LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "6", "--no-progress"]
-
-
-def grade(env, *args, check=True, cwd=ROOT):
-    """Run `./course grade ARGS` as an instructor would; fail with its output unless check=False."""
-    r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=600)
-    if check and r.returncode != 0:
-        raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def read_grades(path) -> dict:
-    """grades.csv as {student: row}; a student listed twice fails the test."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    ids = [r["student"] for r in rows]
-    assert len(ids) == len(set(ids)), f"a student appears twice in {path}: {ids}"
-    return {r["student"]: r for r in rows}
-
-
-def gradebook_scores(course) -> dict:
-    """{student: {notebook: score}} as the course's nbgrader gradebook holds them."""
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        return {s.student.id: {nb.name: nb.score for nb in s.notebooks}
-                for s in gb.find_assignment(ASSIGNMENT).submissions}
-
-
-def grade_corpus(tmp: Path, build, env, make=None):
-    """Build a corpus of submissions (build(folder)) as a flat LMS folder and
-    grade it once with ./course grade in a scratch course under `tmp` (a bare
-    one, or make(path)'s); return (course, files, the command's result)."""
-    course = (make or make_course)(tmp / "course")
-    files = tmp / "corpus"
-    build(files)
-    return course, files, grade(env, files, "--course", course, *GRADE_LIMITS)
-
-
-def nbgrader(course_dir, *args, env, check=True, timeout=600):
-    return run([sys.executable, "-m", "nbgrader", *args], env=env, cwd=course_dir,
-               check=check, timeout=timeout)
-
-
-make_course = scratch_course  # a scratch copy of the nbgrader course (config + source), no state
 
 
 @pytest.fixture(scope="session")
@@ -190,9 +34,6 @@ def course_template(tmp_path_factory):
     compile cache is filled, the state file records from what). Made once
     per session: the first xdist worker to need it builds it, under a lock,
     in the folder the workers share. See `generated_course`."""
-    import fcntl
-
-    from donation_course.course import Course
     from donation_course.grading.cli import prepare
 
     shared = tmp_path_factory.getbasetemp()
@@ -215,8 +56,6 @@ def generated_course(course_template):
     for nbgrader's generate_assignment (about 3.5 s of CPU) on its first
     grading. The graded corpus (grade_corpus) starts from a bare course, so
     that a run's own generating stays covered."""
-    import shutil
-
     def make(dest: Path) -> Path:
         shutil.copytree(course_template, dest)
         return dest
@@ -230,75 +69,7 @@ def released_course(tmp_path_factory):
     generate_solution have run once (what `./course regenerate` runs): the
     drift test compares its release/ and solution/ with the committed copies,
     the pipeline tests validate and autograde in it."""
-    from donation_course.authoring import generate
-
     return generate(tmp_path_factory.mktemp("course"))
-
-
-def wait_for_http(url, timeout=90.0, proc=None):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"server exited early with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                return resp.status, resp.read()
-        except Exception as exc:  # not up yet
-            last = exc
-            time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer within {timeout:.0f}s: {last}")
-
-
-class LabServer:
-    def __init__(self, proc, port, token, log):
-        self.proc, self.port, self.token, self.log = proc, port, token, log
-        self.base = f"http://127.0.0.1:{port}"
-
-    def api(self, path):
-        import json
-        status, body = wait_for_http(f"{self.base}{path}?token={self.token}", proc=self.proc)
-        return status, json.loads(body)
-
-    def stop(self):
-        """Stop the server as a service manager would: SIGTERM (Jupyter shuts
-        its kernels down and exits; SIGINT would ask "shut down?" on stdin and,
-        with no terminal there, carry on), then kill what is left of its group."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: kernels it left behind
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-
-
-def start_server(cmd, *, port, token, env, cwd, log: Path, timeout=90.0) -> LabServer:
-    """Start a Jupyter server command that listens on `port` with `token`;
-    return once it answers (the one way every test starts a server)."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    server = LabServer(proc, port, token, log)
-    try:
-        wait_for_http(f"{server.base}/api/status?token={token}", timeout=timeout, proc=proc)
-    except Exception:
-        server.stop()
-        raise AssertionError(log.read_text())
-    return server
-
-
-def start_lab(env, tmp_path, extra=()):
-    """Start JupyterLab with the README's lab command on a free port."""
-    # The learner's environment is built (first run: minutes) before the clock starts.
-    _load_course_script().ensure_venv("learner")
-    port, token = free_port(), "test-token-" + os.urandom(6).hex()
-    return start_server([COURSE_CMD, "lab", "--no-browser", "--port", port, "--token", token, *extra],
-                        port=port, token=token, env=env, cwd=ROOT, log=tmp_path / "lab.log")
 
 
 @pytest.fixture
@@ -306,77 +77,3 @@ def lab_server(env, tmp_path):
     server = start_lab(env, tmp_path)
     yield server
     server.stop()
-
-
-RAISES = "raises-exception"  # the tag of a cell that is meant to fail
-
-
-def describe_errors(errors) -> str:
-    return "\n".join(f"  cell {e.cell_id!r}: {e.ename}: {e.evalue[:200]}" for e in errors)
-
-
-def assert_only_tagged_cells_raise(label: str, nb) -> None:
-    """An executed solved notebook: errors only in cells tagged
-    raises-exception, and each of those cells does raise (a meant-to-fail
-    cell that stops failing means JAX changed and the lesson is now wrong)."""
-    from donation_course.execute import notebook_errors
-
-    errors = notebook_errors(nb)
-    unexpected = [e for e in errors if RAISES not in e.tags]
-    assert not unexpected, f"{label} raised outside tagged cells:\n{describe_errors(unexpected)}"
-    tagged = {c.get("id") for c in nb.cells if c.cell_type == "code" and RAISES in c.metadata.get("tags", [])}
-    silent = tagged - {e.cell_id for e in errors}
-    assert not silent, f"{label}: cells tagged {RAISES} no longer raise: {sorted(silent)}"
-
-
-def answered_copy(name: str, dest: Path) -> Path:
-    """The learner copy of `name` with every answer cell filled in from the
-    solution, as a learner who solved it would save it."""
-    import nbformat
-
-    learner = nbformat.read(NOTEBOOKS / name, as_version=4)
-    solution = {c.id: c for c in nbformat.read(SOLUTIONS / name, as_version=4).cells}
-    for cell in learner.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = solution[cell.id].source
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(learner, dest)
-    return dest
-
-
-# Code that only the instructor's tools hold: none of it may be importable,
-# or even readable as a file, in a learner's environment.
-INSTRUCTOR_ONLY = ("HiddenCheckFailed", "def check_real_donation", "def restore_helpers", "class StripHiddenTests")
-
-LEARNER_ENV_PROBE = r"""
-import importlib.util, json, pathlib, sys
-found = {"importable": [m for m in ("donation_course", "donation_lab.grading", "donation_lab.course")
-                        if importlib.util.find_spec(m.split(".")[0]) and importlib.util.find_spec(m)],
-         "files": []}
-import donation_lab  # the learner's package must be there
-# sys.path, plus the folders of packages an editable install maps in by a finder hook
-roots = list(sys.path) + list(donation_lab.__path__)
-roots += [p for m in found["importable"] for p in importlib.util.find_spec(m).submodule_search_locations or []]
-for entry in roots:
-    root = pathlib.Path(entry)
-    if not root.is_dir() or root.resolve() == pathlib.Path(sys.base_prefix).resolve():
-        continue
-    for path in root.rglob("*.py"):
-        try:
-            text = path.read_text(errors="ignore")
-        except OSError:
-            continue
-        if any(marker in text for marker in MARKERS):
-            found["files"].append(str(path))
-print(json.dumps(found))
-"""
-
-
-def grading_code_in_environment(python, env) -> dict:
-    """What of the instructor's tools a Python environment can import or read
-    on its sys.path: {"importable": [...], "files": [...]}, both empty if none."""
-    import json
-
-    code = f"MARKERS = {INSTRUCTOR_ONLY!r}\n" + LEARNER_ENV_PROBE
-    result = run([str(python), "-c", code], env=env, cwd=NOTEBOOKS, timeout=600)
-    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port, grading_code_in_environment, start_server, wait_for_http
+from helpers import ROOT, free_port, grading_code_in_environment, start_server, wait_for_http
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """What a learner sees in JupyterLab, driven through Debian's chromium.
 
 JupyterLab is started with the README's lab command (`./course lab`, through
-conftest's `start_lab`) on a free port, serving a scratch copy of the lessons
+helpers' `start_lab`) on a free port, serving a scratch copy of the lessons
 so that running and editing them never touches notebooks/. Playwright (sync
 API) drives /usr/bin/chromium; it never downloads a browser of its own.
 
@@ -16,15 +16,14 @@ DONATION_LAB_REFRESH_IMAGES=1).
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-import sys
-
-from conftest import ROOT, answered_copy, free_port, start_lab, start_server
 from donation_course.course import NOTEBOOKS
+from helpers import ROOT, answered_copy, free_port, start_lab, start_server
 
 pytestmark = pytest.mark.browser
 

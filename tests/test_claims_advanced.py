@@ -249,7 +249,7 @@ def sharding_facts():
     proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
     return json.loads(line[len("RESULT"):])
 
 

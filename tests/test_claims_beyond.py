@@ -319,7 +319,8 @@ def test_compiled_input_shardings_mark_dropped_arguments_with_none():
 
     x = jnp.ones(4)
     dropped = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)).lower(x, jnp.ones(3), x).compile()
-    kept = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1), keep_unused=True).lower(x, jnp.ones(3), x).compile()
+    kept = jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1),
+                   keep_unused=True).lower(x, jnp.ones(3), x).compile()
     assert kept_leaves(dropped, 3) == [0, 2]
     assert kept_leaves(kept, 3) == [0, 1, 2]
     report = explain_donation(jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)), x, jnp.ones(3), x)

@@ -4,9 +4,8 @@ import json
 import shutil
 import socket
 
-
-from conftest import COURSE_CMD, run
 from donation_course.course import COURSE, NOTEBOOKS
+from helpers import COURSE_CMD, run
 
 
 def one_line_error(result):
@@ -90,7 +89,7 @@ def test_lab_command_opens_the_learners_view(lab_server):
 
 
 def test_lab_instructor_option_opens_the_instructors_view(env, tmp_path):
-    from conftest import start_lab
+    from helpers import start_lab
 
     server = start_lab(env, tmp_path, extra=["--instructor"])
     try:

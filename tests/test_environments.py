@@ -7,14 +7,14 @@ caches), which later runs reuse.
 """
 import pytest
 
-from conftest import _load_course_script, grading_code_in_environment
+from helpers import grading_code_in_environment, load_course_script
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def course_script():
-    return _load_course_script()
+    return load_course_script()
 
 
 def test_learner_environment_cannot_import_or_read_the_grading_tools(course_script):

@@ -12,9 +12,9 @@ import sys
 import nbformat
 import pytest
 
-from conftest import answered_copy
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, ROOT
+from helpers import answered_copy
 
 ASSIGNMENT = COURSE.assignment
 EX = COURSE.exercise

@@ -44,7 +44,7 @@ def test_verdict_matches_a_real_call(name):
 def test_fields_paths_and_bytes():
     step = jax.jit(lambda state, d: {"w": state["w"] + d, "b": state["b"]}, donate_argnums=0)
     r = explain_donation(step, {"w": f32(2, 3), "b": f32(5)}, f32(2, 3))
-    assert [l.path for l in r.leaves] == ["state['b']", "state['w']", "d"]
+    assert [leaf.path for leaf in r.leaves] == ["state['b']", "state['w']", "d"]
     assert r.leaf("state['w']").reused and r.leaf("state['w']").output == "out['w']"
     assert not r.leaf("d").requested and r.leaf("d").status == "not donated"
     assert r.bytes_saved == 20 + 24 == r.alias_size_in_bytes
@@ -55,7 +55,7 @@ def test_unusable_and_pruned_are_told_apart():
     f = jax.jit(lambda a, u, b: a.reshape(2, 3) + b.astype(jnp.float32), donate_argnums=(0, 1, 2))
     r = explain_donation(f, f32(6), f32(3), jnp.ones((2, 3), jnp.int32))
     assert r.leaf("a").reused and r.leaf("u").pruned and not r.leaf("u").reused
-    assert [l.path for l in r.unusable] == ["b"]
+    assert [leaf.path for leaf in r.unusable] == ["b"]
     assert any("Some donated buffers were not usable: int32[2,3]." in m for m in r.warnings)
 
 
@@ -98,4 +98,4 @@ def test_the_warning_is_reported_once_then_jax_stays_quiet():
         f(f32(3), f32(3))
     assert caught == []  # JAX warned once per compilation, during explain_donation
     again = explain_donation(f, f32(3), f32(3))
-    assert again.warnings == [] and [l.path for l in again.unusable] == ["b"]
+    assert again.warnings == [] and [leaf.path for leaf in again.unusable] == ["b"]

@@ -9,11 +9,10 @@ import zipfile
 import nbformat
 import pytest
 
-from conftest import (GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course,
-                      read_grades, run)
-from donation_course.course import COURSE, ROOT
 from donation_course.corpus import exercise as corpus
+from donation_course.course import COURSE, ROOT
 from donation_course.grading.compile_cache import FOLDER as CACHE
+from helpers import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
 COURSE_CMD = ROOT / "course"
@@ -215,6 +214,7 @@ def test_strip_hidden_keeps_public_source_and_learner_message():
 @pytest.fixture(scope="module")
 def hidden():
     import jax  # noqa: F401
+
     from donation_course.hidden import exercise as hidden
 
     return hidden

@@ -4,8 +4,8 @@ every case gets its expected score, loses points exactly in the grade cells
 it should, and its feedback never shows the hidden checks' source."""
 import pytest
 
-from conftest import grade_corpus, read_grades
 from donation_course.corpus import capstone as corpus
+from helpers import grade_corpus, read_grades
 
 GRADE_IDS = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-untied", "cap-nan-hunt",
              "cap-loop"]

@@ -1,6 +1,6 @@
 """`./course grade` end to end on the exercise's corpus
 (donation_course/corpus/exercise.py), graded once as a flat LMS folder in a
-scratch course (the module's fixture; conftest.SHARED_FIXTURE_UNITS keeps
+scratch course (the module's fixture; xdist_units.SHARED_FIXTURE_UNITS keeps
 these tests on one xdist worker): every case's score
 and reason, the gradebook, the feedback pages, --only-changed, and serial
 nbgrader's scores on the same files."""
@@ -9,9 +9,9 @@ import shutil
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, grade, grade_corpus, gradebook_scores, nbgrader, read_grades
-from donation_course.course import COURSE
 from donation_course.corpus import exercise as corpus
+from donation_course.course import COURSE
+from helpers import GRADE_LIMITS, grade, grade_corpus, gradebook_scores, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE

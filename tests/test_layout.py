@@ -2,6 +2,7 @@
 import re
 
 from donation_course.course import COURSE, ROOT
+
 SOURCE = COURSE.source
 
 

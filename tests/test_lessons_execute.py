@@ -5,7 +5,7 @@
   means JAX changed and the lesson text is now wrong). test_grading.py
   grades the solved course (as by default, and with neither sandbox nor
   compile cache) and asserts this on the notebooks autograde ran
-  (conftest.assert_only_tagged_cells_raise): running them here as well
+  (helpers.assert_only_tagged_cells_raise): running them here as well
   would run every solution once more.
 - Learner copies: errors only where expected: tagged cells, unanswered answer
   cells (NotImplementedError), and the test cells of those exercises, which
@@ -13,10 +13,10 @@
 """
 import pytest
 
-from conftest import RAISES as TAG
-from conftest import describe_errors as describe
 from donation_course.course import NOTEBOOKS
 from donation_course.execute import run_notebook
+from helpers import RAISES as TAG
+from helpers import describe_errors as describe
 
 LESSONS = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 

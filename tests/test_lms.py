@@ -12,9 +12,9 @@ import zipfile
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, grade, nbgrader, read_grades
-from donation_course.course import COURSE, ROOT
 from donation_course.corpus import exercise as corpus
+from donation_course.course import COURSE, ROOT
+from helpers import GRADE_LIMITS, grade, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
 NBS = COURSE.notebooks
@@ -80,7 +80,8 @@ def test_canvas_same_names_resubmissions_late_flags_accents(tmp_path):
     assert preset == "canvas" and not found.problems
     assert files == {"1002": {EX: f"smithjohn_1002_5001_{EX}.ipynb"},
                      "1004": {EX: f"smithjohn_1004_5002_{EX}.ipynb"},
-                     "1003": {EX: f"leeann_1003_5021_{EX}-2.ipynb", "03_pitfalls": "leeann_1003_5021_03_pitfalls-1.ipynb"},
+                     "1003": {EX: f"leeann_1003_5021_{EX}-2.ipynb",
+                              "03_pitfalls": "leeann_1003_5021_03_pitfalls-1.ipynb"},
                      "1005": {EX: f"müllerjosé_LATE_1005_5030_{EX}.ipynb"}}
     assert found.names == {"1002": "smithjohn", "1004": "smithjohn", "1003": "leeann", "1005": "müllerjosé"}
     assert found.students["1005"][EX].late and not found.students["1002"][EX].late
@@ -173,12 +174,14 @@ def test_zip_entries_outside_the_export_are_refused(tmp_path):
     dest.mkdir(parents=True)
     problems = extract(archive, dest)
     assert len(problems) == 2 and "../evil" in problems[0] and "/abs" in problems[1]
-    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.ipynb")] == [f"out/export/in/ok_1_2_{EX}.ipynb"]
+    extracted = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.ipynb")]
+    assert extracted == [f"out/export/in/ok_1_2_{EX}.ipynb"]
 
 
 def test_merge_is_one_transaction(tmp_path, released_course):
     """A result that fails half-way leaves the gradebook as it was."""
     from nbgrader.api import Gradebook, MissingEntry
+
     from donation_course.grading.cli import merge
 
     db = tmp_path / "gradebook.db"
@@ -232,7 +235,7 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env,
     # Moodle (zipped, per-student folders): same names, an accent
     moodle = tmp_path / "moodle" / "export"
     for (name, pid), key in zip([("Wei Chen", 4102), ("Wei Chen", 4177), ("José Müller", 4200)],
-                                ("partial", "nodonate", "wrongvalue")):
+                                ("partial", "nodonate", "wrongvalue"), strict=True):
         dest = moodle / f"{name}_{pid}_assignsubmission_file_"
         dest.mkdir(parents=True)
         shutil.copy(answer[key], dest / f"{EX}.ipynb")

@@ -2,8 +2,16 @@
 import jax.numpy as jnp
 
 from donation_lab import memory
-from donation_lab.memory import (DEVICE_MEASURE, RSS_MEASURE, DeviceMeter, RssMeter,
-                                 compare_donation, elements_for_mib, pick_meter, run_loop_here)
+from donation_lab.memory import (
+    DEVICE_MEASURE,
+    RSS_MEASURE,
+    DeviceMeter,
+    RssMeter,
+    compare_donation,
+    elements_for_mib,
+    pick_meter,
+    run_loop_here,
+)
 
 
 def test_donation_removes_the_extra_copy():

@@ -1,8 +1,9 @@
 """Real nbgrader against the real course: generate, validate, autograde."""
 import shutil
 
-from conftest import answered_copy, nbgrader
 from donation_course.course import COURSE, NOTEBOOKS
+from helpers import answered_copy, nbgrader
+
 ASSIGNMENT = COURSE.assignment
 
 EXERCISE = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))[-1]

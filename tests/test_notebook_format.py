@@ -5,6 +5,7 @@ import nbformat
 import pytest
 
 from donation_course.course import COURSE, NOTEBOOKS, SOLUTIONS
+
 SOURCE = COURSE.source
 
 ALL = sorted(SOURCE.glob("*.ipynb")) + sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(SOLUTIONS.glob("*.ipynb"))

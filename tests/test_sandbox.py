@@ -9,15 +9,14 @@ import sys
 import nbformat
 import pytest
 
-from conftest import GRADE_LIMITS, make_course
+from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, ROOT
 from donation_course.grading.compile_cache import FOLDER as CACHE
 from donation_course.grading.scan import scan_notebook, scan_source
-
-from donation_course.corpus import exercise as corpus
-from test_grading import EX, grade, gradebook_scores, read_csv  # noqa: E402
+from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
 
 ASSIGNMENT = COURSE.assignment
+EX = corpus.EXERCISE
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
@@ -274,7 +273,7 @@ def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tm
     course = generated_course(tmp_path / "course")
     grade({**env, **HOSTILE_ENV}, files, "--course", course, "--workers", "2", "--timeout", "150",
           "--cell-timeout", "15", "--no-progress")
-    rows = read_csv(course / ".grading" / "grades.csv")
+    rows = read_grades(course / ".grading" / "grades.csv")
     for student in SMALL_CLASS:
         _, score, status, reason = corpus.CASES[student]
         assert (float(rows[student][EX]), rows[student]["status"]) == (score, status), rows[student]

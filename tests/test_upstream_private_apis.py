@@ -10,7 +10,6 @@ re-check, instead of a grading run that silently slows down or breaks.
 import inspect
 
 
-
 def _version(module):
     return module.__version__
 
@@ -53,3 +52,95 @@ def test_nbconvert_create_environment_hook():
     env = CachedHTMLExporter()._create_environment()
     assert isinstance(env, jinja2.Environment) and env.bytecode_cache is not None, where
 
+
+XDIST_PRIVATE = {
+    # LoadScopeScheduling's methods that tests/xdist_units.py overrides or calls, with their parameters
+    "__init__": ["self", "config", "log"],
+    "_split_scope": ["self", "nodeid"],
+    "_assign_work_unit": ["self", "node"],
+    "_reschedule": ["self", "node"],
+    "_pending_of": ["self", "workload"],
+}
+
+
+def test_xdist_scheduler_hooks():
+    # tests/xdist_units.py's SharedFixtureScheduling (the suite's scheduler on
+    # two processes) extends pytest-xdist 3.8.0's LoadScopeScheduling through
+    # the private methods above, its workqueue and assigned_work, and a
+    # worker's shutting_down and shutdown().
+    import xdist
+    from xdist import newhooks
+    from xdist.scheduler import LoadScopeScheduling
+    from xdist.workermanage import WorkerController
+
+    where = (f"xdist_units.SharedFixtureScheduling was written for pytest-xdist 3.8.0, this is "
+             f"{_version(xdist)}: re-check LoadScopeScheduling's {', '.join(XDIST_PRIVATE)}, workqueue, "
+             "assigned_work, and WorkerController.shutting_down/shutdown; our _reschedule is a copy of "
+             "xdist's with a lower threshold")
+    assert _version(xdist) == "3.8.0", where
+    for name, parameters in XDIST_PRIVATE.items():
+        assert list(inspect.signature(getattr(LoadScopeScheduling, name)).parameters) == parameters, (name, where)
+    assert list(inspect.signature(newhooks.pytest_xdist_make_scheduler).parameters) == ["config", "log"], where
+    assert isinstance(WorkerController.shutting_down, property), where
+    assert list(inspect.signature(WorkerController.shutdown).parameters) == ["self"], where
+    # What our overrides assume of the methods they replace or wrap: a unit
+    # goes out from the front of the workqueue (so reordering it before the
+    # first one goes out decides the order), and xdist's own _reschedule
+    # waits until a worker has two tests left (ours: one).
+    assert "self.workqueue.popitem(last=False)" in inspect.getsource(LoadScopeScheduling._assign_work_unit), where
+    assert "self._pending_of(self.assigned_work[node]) > 2" in inspect.getsource(LoadScopeScheduling._reschedule), \
+        where
+
+
+class _FakeWorker:
+    """What a scheduler uses of xdist's WorkerController."""
+
+    def __init__(self, name):
+        from types import SimpleNamespace
+
+        self.gateway, self.sent, self.shutting_down = SimpleNamespace(id=name), [], False
+
+    def send_runtest_some(self, indices):
+        self.sent.extend(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_xdist_scheduler_shares_out_units_as_intended(pytestconfig):
+    # The plugin against the installed xdist, with two fake workers: the
+    # waiting unit first, then the longest; a shared fixture's file is one
+    # unit; a worker gets its next unit at its last test, and every test goes
+    # out once.
+    from types import SimpleNamespace
+
+    import xdist_units
+
+    assert pytestconfig.pluginmanager.get_plugin("xdist_units") is xdist_units, \
+        "tests/xdist_units.py is not loaded as a plugin: `-p xdist_units` in pyproject.toml's addopts"
+
+    waiting = next(iter(xdist_units.WAITING_UNITS)).replace("test_grading.py", "tests/test_grading.py")
+    collection = ["tests/test_a.py::test_one", "tests/test_a.py::test_two",
+                  "tests/test_grading_corpus.py::test_x", "tests/test_grading_corpus.py::test_y",
+                  waiting, "tests/test_browser.py::test_b"]
+    config = SimpleNamespace(getvalue={"tx": ["2*popen"]}.__getitem__,
+                             option=SimpleNamespace(loadscopereorder=False))
+    sched = xdist_units.pytest_xdist_make_scheduler(config, None)
+    assert isinstance(sched, xdist_units.SharedFixtureScheduling)
+    first, second = _FakeWorker("gw0"), _FakeWorker("gw1")
+    for worker in (first, second):
+        sched.add_node(worker)
+        sched.add_node_collection(worker, collection)
+    sched.schedule()
+    sent = lambda worker: [collection[i] for i in worker.sent]  # noqa: E731
+    # gw0: the waiting unit (one test, its last), so at once the next longest (browser);
+    # gw1: the corpus, two tests, nothing more until it is down to one.
+    assert sent(first) == [waiting, "tests/test_browser.py::test_b"], sent(first)
+    assert sent(second) == ["tests/test_grading_corpus.py::test_x", "tests/test_grading_corpus.py::test_y"]
+    sched.mark_test_complete(second, collection.index("tests/test_grading_corpus.py::test_x"))
+    assert sent(second)[2:] == ["tests/test_a.py::test_one"], sent(second)
+    for worker, nodeid in ((first, waiting), (second, "tests/test_grading_corpus.py::test_y"),
+                           (second, "tests/test_a.py::test_one"), (first, "tests/test_browser.py::test_b")):
+        sched.mark_test_complete(worker, collection.index(nodeid))
+    assert sorted(sent(first) + sent(second)) == sorted(collection)
+    assert not sched.workqueue and first.shutting_down and second.shutting_down

@@ -174,7 +174,13 @@ def expect_donation_request(what: str, fn, args, names, donated, hint: str = "")
     catches a donation that JAX requested but could not use (the array then
     stays alive, with only a warning)."""
     positional, _ = donation_request(fn, *args)
-    requested = [name for name, flag in zip(names, positional) if flag]
+    if len(positional) != len(names):
+        # jit leaves static arguments out of what it lowers: pairing the
+        # rest with `names` would put each flag on the wrong argument.
+        expect_true(f"arguments {what} asks to donate", False,
+                    f"it takes {len(positional)} array arguments, not {len(names)} ({', '.join(names)}): "
+                    "is one of them static (static_argnums)? A static argument is never donated.", hint)
+    requested = [name for name, flag in zip(names, positional, strict=True) if flag]
     if sorted(requested) != sorted(donated):
         fail(f"arguments {what} asks to donate", sorted(donated), sorted(requested), hint)
     passed(f"{what} asks to donate exactly {sorted(donated)}")

@@ -132,13 +132,13 @@ class DonationReport:
         for leaf in self.leaves:
             if leaf.path == path:
                 return leaf
-        raise KeyError(f"no argument leaf {path!r}; leaves are {[l.path for l in self.leaves]}")
+        raise KeyError(f"no argument leaf {path!r}; leaves are {[leaf.path for leaf in self.leaves]}")
 
     def summary(self) -> str:
         parts = [f"{len(self.reused)} of {len(self.requested)} donated leaves reused, "
                  f"{_human(self.bytes_saved)} saved per call"]
         if self.unusable:
-            parts.append("not usable: " + ", ".join(l.path for l in self.unusable))
+            parts.append("not usable: " + ", ".join(leaf.path for leaf in self.unusable))
         return "; ".join(parts)
 
     def __str__(self) -> str:
@@ -149,7 +149,7 @@ class DonationReport:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [f"Donation in {self.function}: {self.summary()}"]
         for i, row in enumerate(rows):
-            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
         for message in self.warnings:

@@ -130,7 +130,7 @@ class MemoryExplorer:
             ax.plot(steps, values, marker="o", color=colour,
                     linewidth=3 if m is chosen else 1,
                     label=f"{'with' if m.donate else 'without'} donation")
-            for step, value in zip(steps, values):  # every point carries its value, zero included
+            for step, value in zip(steps, values, strict=True):  # every point carries its value, zero included
                 ax.annotate(f"{value:.1f}", (step, value), textcoords="offset points", xytext=(0, 5),
                             ha="center", fontsize=7, color=colour,
                             fontweight="bold" if m is chosen else "normal")

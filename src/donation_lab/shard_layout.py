@@ -10,7 +10,7 @@ import numpy as np
 def _slice_bounds(index, shape):
     """(start, stop) per dimension for one shard's index tuple."""
     bounds = []
-    for dim, sl in zip(shape, index):
+    for dim, sl in zip(shape, index, strict=True):
         start, stop, _ = sl.indices(dim)
         bounds.append((start, stop))
     return bounds
@@ -32,7 +32,8 @@ def shard_owners(array) -> np.ndarray:
 def describe_shards(array) -> str:
     """One line per device: which slice of `array` it holds."""
     shape = tuple(array.shape)
-    lines = [f"{array.dtype}{list(shape)} with {array.sharding.spec if hasattr(array.sharding, 'spec') else array.sharding}:"]
+    spec = array.sharding.spec if hasattr(array.sharding, "spec") else array.sharding
+    lines = [f"{array.dtype}{list(shape)} with {spec}:"]
     for shard in sorted(array.addressable_shards, key=lambda s: s.device.id):
         parts = ", ".join(f"{a}:{b}" for a, b in _slice_bounds(shard.index, shape)) or "scalar"
         lines.append(f"  device {shard.device.id}: [{parts}]  ({shard.data.size} elements)")

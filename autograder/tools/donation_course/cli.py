@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .course import NOTEBOOKS, SOLUTIONS, COURSE, CourseError
+from .course import COURSE, NOTEBOOKS, SOLUTIONS, CourseError
 
 
 def fail(message: str, code: int = 1) -> int:

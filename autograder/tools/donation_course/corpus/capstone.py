@@ -65,7 +65,8 @@ CASES = {
                          ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]),
     "cap-overdonate":   (INIT + STEP.replace('donate_argnames=("params", "opt_state")',
                                              'donate_argnames=("params", "opt_state", "x")') + HUNT, 10,
-                         ["cap-donated-leaves"]),  # x cannot be reused (no output fits) so it survives: only the request shows it
+                         # x cannot be reused (no output fits) so it survives: only the request shows it
+                         ["cap-donated-leaves"]),
     "cap-tied":         (INIT.replace("jax.tree.map(jnp.zeros_like, params)", "params") + STEP + HUNT, 10,
                          ["cap-public", "cap-untied"]),
     "cap-no-momentum":  (INIT + STEP.replace("p - LR * m, params, m", "p - LR * g, params, grads")

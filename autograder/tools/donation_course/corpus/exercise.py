@@ -22,7 +22,8 @@ MAX = EXERCISE_MAX + CAPSTONE_POINTS
 # nothing is answered. Every other case gets CAPSTONE_POINTS on top of its exercise score.
 NO_CAPSTONE = {"kernelexit", "kernelkill", "malformed", "unanswered"}
 
-PARTIAL = "@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n    return state + delta\n"
+PARTIAL = ("@functools.partial(jax.jit, donate_argnums=(0,))\n"
+           "def update_with_donate(state, delta):\n    return state + delta\n")
 
 WRONG = PARTIAL.replace("state + delta", "state * 0")  # scores 4 without any tampering
 FLAG = "flagged for manual grading"
@@ -31,24 +32,29 @@ FLAG = "flagged for manual grading"
 CASES = {
     # correct, written several ways
     "partial":      (PARTIAL, 10, "ok", ""),
-    "wrapped":      ("def _f(state, delta):\n    return state + delta\nupdate_with_donate = jax.jit(_f, donate_argnums=0)\n", 10, "ok", ""),
-    "argnames":     ("def _f(state, delta):\n    return state + delta\nupdate_with_donate = jax.jit(_f, donate_argnames='state')\n", 10, "ok", ""),
-    "lambda":       ("update_with_donate = jax.jit(lambda state, delta: state + delta, donate_argnums=(0,))\n", 10, "ok", ""),
+    "wrapped":      ("def _f(state, delta):\n    return state + delta\n"
+                     "update_with_donate = jax.jit(_f, donate_argnums=0)\n", 10, "ok", ""),
+    "argnames":     ("def _f(state, delta):\n    return state + delta\n"
+                     "update_with_donate = jax.jit(_f, donate_argnames='state')\n", 10, "ok", ""),
+    "lambda":       ("update_with_donate = jax.jit(lambda state, delta: state + delta, donate_argnums=(0,))\n",
+                     10, "ok", ""),
     "plainwrapper": ("_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n"
                      "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 10, "ok", ""),
-    "classy":       ("class Updater:\n    def __init__(self):\n        self.step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
+    "classy":       ("class Updater:\n    def __init__(self):\n"
+                     "        self.step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
                      "    def __call__(self, state, delta):\n        return self.step(state, delta)\n\n"
                      "update_with_donate = Updater()\n", 10, "ok", ""),
     # wrong
-    "nodonate":     ("update_with_donate = jax.jit(lambda state, delta: state + delta)\n", 4, "partial", "still alive"),
+    "nodonate":     ("update_with_donate = jax.jit(lambda state, delta: state + delta)\n",
+                     4, "partial", "still alive"),
     "nojit":        ("def update_with_donate(state, delta):\n    return state + delta\n", 4, "partial", "still alive"),
     "wrongvalue":   (PARTIAL.replace("state + delta", "state - delta"), 4, "partial", "ex-values"),
     "wrongarg":     (PARTIAL.replace("(0,)", "(1,)"), 4, "partial", "delta"),
     "overdonate":   (PARTIAL.replace("(0,)", "(0, 1)"), 8, "partial", "delta"),
     "overwrapper":  ("_step = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n\n"
                      "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 8, "partial", "delta"),
-    "manualdelete": ("def update_with_donate(state, delta):\n    out = state + delta\n    state.delete()\n    return out\n",
-                     6, "partial", "new buffer"),
+    "manualdelete": ("def update_with_donate(state, delta):\n"
+                     "    out = state + delta\n    state.delete()\n    return out\n", 6, "partial", "new buffer"),
     "copying":      ("@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n"
                      "    return jnp.array(state + delta, copy=True)\n", 10, "ok", ""),
     # broken
@@ -63,21 +69,29 @@ CASES = {
                      "np.allclose = lambda *a, **k: True\nnp.array_equal = lambda *a, **k: True\n"
                      "np.testing.assert_allclose = lambda *a, **k: None\njnp.allclose = lambda *a, **k: True\n"
                      "def assert_allclose(*a, **k):\n    return None\n"
-                     "builtins.all = lambda *a, **k: True\nbuiltins.any = lambda *a, **k: False\n", 0, "flagged", FLAG),
+                     "builtins.all = lambda *a, **k: True\nbuiltins.any = lambda *a, **k: False\n",
+                     0, "flagged", FLAG),
     # tampering with the checks or the grader, and hostile code: flagged by the scan before any
     # kernel starts (the notebook still runs, sandboxed, for the instructor to read; no points)
     "hiddenpatch":  (WRONG + "import donation_course.hidden.exercise as h\nfrom donation_lab import checks as c\n"
-                     "for name in dir(h):\n    if name.startswith('check_'):\n        setattr(h, name, lambda *a, **k: None)\n"
+                     "for name in dir(h):\n    if name.startswith('check_'):\n"
+                     "        setattr(h, name, lambda *a, **k: None)\n"
                      "c.expect_allclose = lambda *a, **k: None\n", 0, "flagged", "donation_course"),
-    "transformer":  (WRONG + "get_ipython().input_transformers_post.append(lambda lines: [])\n", 0, "flagged", "get_ipython"),
+    "transformer":  (WRONG + "get_ipython().input_transformers_post.append(lambda lines: [])\n",
+                     0, "flagged", "get_ipython"),
     "magicshell":   (PARTIAL + "!ls / > /dev/null\n%env JAX_ENABLE_X64=1\n", 0, "flagged", "get_ipython"),
-    "snoop":        (PARTIAL + "import glob\nprint(glob.glob('/**/gradebook.db', recursive=True))\n", 0, "flagged", "glob"),
-    "dbwrite":      (PARTIAL + "with open('../../../gradebook.db', 'w') as fh:\n    fh.write('gone')\n", 0, "flagged", "open"),
-    "killparent":   (PARTIAL + "import psutil, signal\npsutil.Process().parent().send_signal(signal.SIGKILL)\n", 0, "flagged", "psutil"),
-    "network":      (PARTIAL + "import socket\nsocket.create_connection(('example.com', 80), timeout=2)\n", 0, "flagged", "socket"),
+    "snoop":        (PARTIAL + "import glob\nprint(glob.glob('/**/gradebook.db', recursive=True))\n",
+                     0, "flagged", "glob"),
+    "dbwrite":      (PARTIAL + "with open('../../../gradebook.db', 'w') as fh:\n    fh.write('gone')\n",
+                     0, "flagged", "open"),
+    "killparent":   (PARTIAL + "import psutil, signal\npsutil.Process().parent().send_signal(signal.SIGKILL)\n",
+                     0, "flagged", "psutil"),
+    "network":      (PARTIAL + "import socket\nsocket.create_connection(('example.com', 80), timeout=2)\n",
+                     0, "flagged", "socket"),
     "subclasses":   (WRONG + "for k in ().__class__.__base__.__subclasses__():\n    pass\n", 0, "flagged", "__class__"),
     "viaglobals":   (WRONG + "g = globals()\ng['checks'] = None\n", 0, "flagged", "globals"),
-    "getattrname":  (WRONG + "getattr(jnp, 'all' + 'close')\nx = getattr(checks, '_'.join(['expect', 'allclose']))\n", 0, "flagged", "getattr"),
+    "getattrname":  (WRONG + "getattr(jnp, 'all' + 'close')\nx = getattr(checks, '_'.join(['expect', 'allclose']))\n",
+                     0, "flagged", "getattr"),
     "edited":       ("@edit-test-cells", 10, "ok", ""),
     "deleted":      ("@delete-test-cells", 10, "ok", ""),
     "duplicated":   ("@duplicate-answer", 10, "ok", ""),

@@ -1,0 +1,234 @@
+"""What the tests share that is not a fixture: paths, running commands and
+`./course grade`, reading grades, starting a JupyterLab server, checking an
+executed notebook. The fixtures are in conftest.py; tests import these with
+`from helpers import ...` (tests/ is on sys.path: pyproject.toml's
+`pythonpath`)."""
+import csv
+import importlib.machinery
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from donation_course.authoring import scratch_course
+from donation_course.course import COURSE, NOTEBOOKS, ROOT, SOLUTIONS
+
+ASSIGNMENT = COURSE.assignment
+SOURCE = COURSE.source
+
+COURSE_CMD = ROOT / "course"
+
+
+def load_course_script():
+    """The ./course script as a module (it is stdlib-only; tests reuse its
+    free_port and ensure_venv)."""
+    loader = importlib.machinery.SourceFileLoader("course_script", str(COURSE_CMD))
+    spec = importlib.util.spec_from_loader("course_script", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+free_port = load_course_script().free_port
+
+
+def run(cmd, env, cwd=ROOT, timeout=600, check=True):
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+# Limits for test grading runs: two workers, a short per-cell time. The runs
+# that use them grade the exercise (and two short lessons), whose slowest cell
+# takes under 0.5 s alone; 6 s leaves room for a loaded machine, and the
+# corpus's endless cells (loopafter, snoop) burn no more CPU than that.
+GRADE_LIMITS = ["--workers", "2", "--timeout", "150", "--cell-timeout", "6", "--no-progress"]
+
+
+def grade(env, *args, check=True, cwd=ROOT):
+    """Run `./course grade ARGS` as an instructor would; fail with its output unless check=False."""
+    r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=600)
+    if check and r.returncode != 0:
+        raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def read_grades(path) -> dict:
+    """grades.csv as {student: row}; a student listed twice fails the test."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    ids = [r["student"] for r in rows]
+    assert len(ids) == len(set(ids)), f"a student appears twice in {path}: {ids}"
+    return {r["student"]: r for r in rows}
+
+
+def gradebook_scores(course) -> dict:
+    """{student: {notebook: score}} as the course's nbgrader gradebook holds them."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {s.student.id: {nb.name: nb.score for nb in s.notebooks}
+                for s in gb.find_assignment(ASSIGNMENT).submissions}
+
+
+def grade_corpus(tmp: Path, build, env, make=None):
+    """Build a corpus of submissions (build(folder)) as a flat LMS folder and
+    grade it once with ./course grade in a scratch course under `tmp` (a bare
+    one, or make(path)'s); return (course, files, the command's result)."""
+    course = (make or make_course)(tmp / "course")
+    files = tmp / "corpus"
+    build(files)
+    return course, files, grade(env, files, "--course", course, *GRADE_LIMITS)
+
+
+def nbgrader(course_dir, *args, env, check=True, timeout=600):
+    return run([sys.executable, "-m", "nbgrader", *args], env=env, cwd=course_dir,
+               check=check, timeout=timeout)
+
+
+make_course = scratch_course  # a scratch copy of the nbgrader course (config + source), no state
+
+
+def wait_for_http(url, timeout=90.0, proc=None):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"server exited early with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.status, resp.read()
+        except Exception as exc:  # not up yet
+            last = exc
+            time.sleep(0.3)
+    raise AssertionError(f"{url} did not answer within {timeout:.0f}s: {last}")
+
+
+class LabServer:
+    def __init__(self, proc, port, token, log):
+        self.proc, self.port, self.token, self.log = proc, port, token, log
+        self.base = f"http://127.0.0.1:{port}"
+
+    def api(self, path):
+        status, body = wait_for_http(f"{self.base}{path}?token={self.token}", proc=self.proc)
+        return status, json.loads(body)
+
+    def stop(self):
+        """Stop the server as a service manager would: SIGTERM (Jupyter shuts
+        its kernels down and exits; SIGINT would ask "shut down?" on stdin and,
+        with no terminal there, carry on), then kill what is left of its group."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: kernels it left behind
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def start_server(cmd, *, port, token, env, cwd, log: Path, timeout=90.0) -> LabServer:
+    """Start a Jupyter server command that listens on `port` with `token`;
+    return once it answers (the one way every test starts a server)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    server = LabServer(proc, port, token, log)
+    try:
+        wait_for_http(f"{server.base}/api/status?token={token}", timeout=timeout, proc=proc)
+    except Exception as exc:
+        server.stop()
+        raise AssertionError(f"{exc}\n{log.read_text()}") from exc
+    return server
+
+
+def start_lab(env, tmp_path, extra=()):
+    """Start JupyterLab with the README's lab command on a free port."""
+    # The learner's environment is built (first run: minutes) before the clock starts.
+    load_course_script().ensure_venv("learner")
+    port, token = free_port(), "test-token-" + os.urandom(6).hex()
+    return start_server([COURSE_CMD, "lab", "--no-browser", "--port", port, "--token", token, *extra],
+                        port=port, token=token, env=env, cwd=ROOT, log=tmp_path / "lab.log")
+
+
+RAISES = "raises-exception"  # the tag of a cell that is meant to fail
+
+
+def describe_errors(errors) -> str:
+    return "\n".join(f"  cell {e.cell_id!r}: {e.ename}: {e.evalue[:200]}" for e in errors)
+
+
+def assert_only_tagged_cells_raise(label: str, nb) -> None:
+    """An executed solved notebook: errors only in cells tagged
+    raises-exception, and each of those cells does raise (a meant-to-fail
+    cell that stops failing means JAX changed and the lesson is now wrong)."""
+    from donation_course.execute import notebook_errors
+
+    errors = notebook_errors(nb)
+    unexpected = [e for e in errors if RAISES not in e.tags]
+    assert not unexpected, f"{label} raised outside tagged cells:\n{describe_errors(unexpected)}"
+    tagged = {c.get("id") for c in nb.cells if c.cell_type == "code" and RAISES in c.metadata.get("tags", [])}
+    silent = tagged - {e.cell_id for e in errors}
+    assert not silent, f"{label}: cells tagged {RAISES} no longer raise: {sorted(silent)}"
+
+
+def answered_copy(name: str, dest: Path) -> Path:
+    """The learner copy of `name` with every answer cell filled in from the
+    solution, as a learner who solved it would save it."""
+    import nbformat
+
+    learner = nbformat.read(NOTEBOOKS / name, as_version=4)
+    solution = {c.id: c for c in nbformat.read(SOLUTIONS / name, as_version=4).cells}
+    for cell in learner.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = solution[cell.id].source
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(learner, dest)
+    return dest
+
+
+# Code that only the instructor's tools hold: none of it may be importable,
+# or even readable as a file, in a learner's environment.
+INSTRUCTOR_ONLY = ("HiddenCheckFailed", "def check_real_donation", "def restore_helpers", "class StripHiddenTests")
+
+LEARNER_ENV_PROBE = r"""
+import importlib.util, json, pathlib, sys
+found = {"importable": [m for m in ("donation_course", "donation_lab.grading", "donation_lab.course")
+                        if importlib.util.find_spec(m.split(".")[0]) and importlib.util.find_spec(m)],
+         "files": []}
+import donation_lab  # the learner's package must be there
+# sys.path, plus the folders of packages an editable install maps in by a finder hook
+roots = list(sys.path) + list(donation_lab.__path__)
+roots += [p for m in found["importable"] for p in importlib.util.find_spec(m).submodule_search_locations or []]
+for entry in roots:
+    root = pathlib.Path(entry)
+    if not root.is_dir() or root.resolve() == pathlib.Path(sys.base_prefix).resolve():
+        continue
+    for path in root.rglob("*.py"):
+        try:
+            text = path.read_text(errors="ignore")
+        except OSError:
+            continue
+        if any(marker in text for marker in MARKERS):
+            found["files"].append(str(path))
+print(json.dumps(found))
+"""
+
+
+def grading_code_in_environment(python, env) -> dict:
+    """What of the instructor's tools a Python environment can import or read
+    on its sys.path: {"importable": [...], "files": [...]}, both empty if none."""
+    code = f"MARKERS = {INSTRUCTOR_ONLY!r}\n" + LEARNER_ENV_PROBE
+    result = run([str(python), "-c", code], env=env, cwd=NOTEBOOKS, timeout=600)
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,0 +1,92 @@
+"""A pytest plugin: how the suite's tests are shared out between pytest-xdist's
+two processes (`-n 2` in pyproject.toml's addopts, which loads this module with
+`-p xdist_units`; `pythonpath = ["tests"]` puts it on sys.path).
+
+A test is a unit of work on its own, except in the files named in
+SHARED_FIXTURE_UNITS, whose tests share an expensive fixture (a graded corpus,
+a built environment, a browser, the generated course): each unit named there
+runs on one worker, so the fixture is built once. (xdist's own `--dist
+loadgroup` does not group on pytest 9.2: pytest-xdist issue #1386.)
+
+The scheduler extends pytest-xdist's LoadScopeScheduling through private
+methods and attributes (written for pytest-xdist 3.8.0):
+tests/test_upstream_private_apis.py fails when an upgrade changes them.
+"""
+from xdist.scheduler import LoadScopeScheduling
+
+SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
+                        "test_binder.py": "binder", "test_browser.py": "browser",
+                        "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course"}
+
+
+# Roughly what each long unit takes on 2 shared cores (seconds, from
+# `./course test --durations=0`): the scheduler hands out the longest first,
+# so no long test starts last while the other worker sits idle. An ordering
+# hint only: a wrong figure costs time, never a result.
+UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "released_course": 20,
+                "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
+                "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
+                "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,
+                "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 22,
+                "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 22,
+                "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 15,
+                "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 13,
+                "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 19,
+                "test_grading.py::test_zip_input_and_naming_rules": 7,
+                "test_lessons_execute.py::test_learner_copy_errors_only_where_expected": 5}
+
+
+# Units that mostly wait (a student sleeping out the whole-submission time
+# limit) go out first, beside the graded corpus, whose two grading workers
+# keep both cores busy meanwhile; last, they would leave a core idle.
+WAITING_UNITS = {"test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop"}
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file's shared unit, or itself."""
+    path, _, name = nodeid.partition("::")
+    filename = path.rsplit("/", 1)[-1]
+    return SHARED_FIXTURE_UNITS.get(filename) or f"{filename}::{name}"
+
+
+def unit_seconds(unit: str) -> float:
+    return UNIT_SECONDS.get(unit, UNIT_SECONDS.get(unit.split("[", 1)[0], 1.0))
+
+
+class SharedFixtureScheduling(LoadScopeScheduling):
+    """Units of work as above: the waiting ones, then the longest first."""
+
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self._longest_first = False
+
+    def _split_scope(self, nodeid):
+        return unit_of(nodeid)
+
+    def _assign_work_unit(self, node):
+        # xdist queues units in collection order (or by test count):
+        # before the first one goes out, the longest go to the front.
+        if not self._longest_first:
+            queue = sorted(self.workqueue.items(),
+                           key=lambda item: (item[0] not in WAITING_UNITS, -unit_seconds(item[0])))
+            self.workqueue.clear()
+            self.workqueue.update(queue)
+            self._longest_first = True
+        super()._assign_work_unit(node)
+
+    def _reschedule(self, node):
+        # xdist hands a worker its next unit while it still has two tests
+        # to go; then two one-test units pile up behind a long one. Here
+        # a worker gets its next unit at its last test (the one xdist's
+        # worker holds back until more work or the end arrives).
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        if self._pending_of(self.assigned_work[node]) <= 1:
+            self._assign_work_unit(node)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return SharedFixtureScheduling(config, log)
