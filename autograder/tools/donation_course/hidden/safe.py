@@ -1,0 +1,193 @@
+"""Safe helpers for the hidden checks: references captured before any
+learner code runs, the pass and fail lines, and the `@check` decorator.
+
+The grading kernel imports hidden/exercise.py and hidden/capstone.py at
+start-up (nbgrader_config.py's exec_lines), and they import this module, so
+everything below is captured then, before a submission runs. A check calls
+only these captured references (and methods of the arrays it made), never a
+name looked up at call time in a module a learner can patch: the builtins
+here keep their own names, so `from donation_course.hidden.safe import len`
+binds the original len in the checking module, whatever builtins.len is
+later. A learner's redefinitions of the guarded helpers (np.allclose,
+builtins.all, ...) are put back by restore_helpers, which every check runs
+first, for the sake of the public checks that share the grade cells.
+
+Each check prints one line, `✔ <check name>: <message>`, on a pass and raises
+HiddenCheckFailed (an AssertionError, so nbgrader scores the cell as failed)
+with `✘ <check name>: <message>` for the learner on a failure.
+"""
+import builtins
+import contextlib
+import functools
+import inspect
+import io
+import warnings
+from typing import NoReturn
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy.testing
+
+# --- put back by restore_helpers before every check ---------------------------
+_GUARDED = {
+    (np, "allclose"), (np, "isclose"), (np, "array_equal"), (np, "array_equiv"),
+    (np, "asarray"), (np, "array"), (np, "abs"), (np, "all"), (np, "any"),
+    (np, "zeros"), (np, "ones"), (np, "arange"), (np, "dtype"), (np, "float32"), (np, "int32"),
+    (numpy.testing, "assert_allclose"), (numpy.testing, "assert_array_equal"),
+    (numpy.testing, "assert_equal"), (numpy.testing, "assert_array_almost_equal"),
+    (jnp, "allclose"), (jnp, "array_equal"), (jnp, "isclose"), (jnp, "asarray"), (jnp, "array"),
+    (jnp, "zeros"), (jnp, "ones"), (jnp, "arange"), (jnp, "float32"), (jnp, "bfloat16"), (jnp, "int32"),
+    (jax, "live_arrays"), (jax, "device_get"), (jax, "block_until_ready"), (jax.random, "PRNGKey"),
+    (jax.random, "key"), (jax.random, "normal"), (jax.random, "randint"),
+}
+_GUARDED |= {(builtins, name) for name in (
+    "len", "isinstance", "issubclass", "abs", "all", "any", "min", "max", "sum", "range", "print",
+    "repr", "str", "int", "float", "bool", "type", "getattr", "hasattr", "id", "list", "tuple",
+    "zip", "enumerate", "sorted", "round", "AssertionError", "RuntimeError", "Exception")}
+_ORIGINAL = {(mod.__name__, name): (mod, name, getattr(mod, name)) for mod, name in _GUARDED
+             if hasattr(mod, name)}
+
+# --- captured references the checks call --------------------------------------
+# builtins, under their own names (see the module's docstring)
+abs, all, any, bool, callable, float = builtins.abs, builtins.all, builtins.any, builtins.bool, \
+    builtins.callable, builtins.float
+getattr, int, isinstance, len, print, range = builtins.getattr, builtins.int, builtins.isinstance, \
+    builtins.len, builtins.print, builtins.range
+set, sorted, str, sum, tuple, type = builtins.set, builtins.sorted, builtins.str, builtins.sum, \
+    builtins.tuple, builtins.type
+AssertionError, Exception, IndexError, KeyError = builtins.AssertionError, builtins.Exception, \
+    builtins.IndexError, builtins.KeyError
+RuntimeError, TypeError, ValueError = builtins.RuntimeError, builtins.TypeError, builtins.ValueError
+
+# numpy
+asarray, zeros, np_abs = np.asarray, np.zeros, np.abs
+float32, int32 = np.float32, np.int32
+default_rng = np.random.default_rng  # a class method, looked up once here
+_np_empty, _np_uint8 = np.empty, np.uint8
+
+# jax
+Array, bfloat16 = jax.Array, jnp.bfloat16
+live_arrays, block_until_ready, clear_caches = jax.live_arrays, jax.block_until_ready, jax.clear_caches
+tree_leaves, tree_flatten_with_path, keystr = jax.tree.leaves, jax.tree_util.tree_flatten_with_path, \
+    jax.tree_util.keystr
+config_update = jax.config.update
+_config = jax.config
+_device_put = jax.device_put
+
+# the standard library
+catch_warnings, simplefilter = warnings.catch_warnings, warnings.simplefilter
+ExitStack, redirect_stderr, redirect_stdout = contextlib.ExitStack, contextlib.redirect_stderr, \
+    contextlib.redirect_stdout
+StringIO = io.StringIO
+_signature, _wraps, _nothing = inspect.signature, functools.wraps, contextlib.nullcontext
+_setattr = builtins.setattr
+
+
+class HiddenCheckFailed(AssertionError):
+    """A hidden check failed; the message is meant for the learner."""
+
+
+class _Failure(HiddenCheckFailed):
+    """Raised by `fail` inside a check; `@check` names the check in it."""
+
+
+def restore_helpers() -> list:
+    """Put back every guarded helper a learner replaced; return their names."""
+    replaced = []
+    for (modname, name), (mod, attr, original) in _ORIGINAL.items():
+        if getattr(mod, attr, None) is not original:
+            _setattr(mod, attr, original)
+            replaced.append(f"{modname}.{name}")
+    return sorted(replaced)
+
+
+def ok(check: str, message: str) -> None:
+    """Print the pass line of `check`."""
+    print(f"\u2714 {check}: {message}")
+
+
+def fail(message: str, hint: str = "") -> NoReturn:
+    """Fail the running check (the one `@check` wraps) with a message and an
+    optional hint for the learner."""
+    raise _Failure(message + (f"\nHint: {hint}" if hint else ""))
+
+
+def check(name: str, require: tuple | None = None, quiet: bool = False):
+    """Decorate a hidden check named `name` (the name its ✔ and ✘ lines show).
+
+    The check's parameters without a default are the learner's functions;
+    those with one are options. Before the check runs, the guarded helpers
+    are restored and each learner function (in the order of `require`, by
+    default the order of the signature) must be callable, or the check fails
+    with "<parameter> should be a function, not <type>." The check returns its
+    pass message, printed as `✔ <name>: <message>`; a `fail(...)` in it is
+    raised as HiddenCheckFailed("✘ <name>: <message>"). With quiet=True the
+    check runs with warnings and stderr silenced (nbgrader zeroes a grade
+    cell that writes to stderr).
+    """
+    def decorate(body):
+        signature = _signature(body)
+        bind = signature.bind
+        learner = tuple(require) if require is not None else tuple(
+            p.name for p in signature.parameters.values() if p.default is p.empty)
+        if not set(learner) <= set(signature.parameters):
+            raise TypeError(f"{body.__name__}: require={learner} names a parameter it does not have")
+
+        @_wraps(body)
+        def run(*args, **kwargs):
+            restore_helpers()
+            arguments = bind(*args, **kwargs).arguments
+            try:
+                for parameter in learner:
+                    obj = arguments[parameter]
+                    if not callable(obj):
+                        fail(f"{parameter} should be a function, not {type(obj).__name__}.")
+                with _silenced() if quiet else _nothing():
+                    message = body(*args, **kwargs)
+            except _Failure as failure:  # name the check; keep the frames below this one
+                raise HiddenCheckFailed(f"\u2718 {name}: {failure.args[0]}").with_traceback(
+                    failure.__traceback__.tb_next) from None
+            ok(name, message)
+
+        run.__signature__ = signature.replace(return_annotation=None)  # it prints the message, returns nothing
+        return run
+
+    return decorate
+
+
+def _silenced():
+    """Silence warnings (and stray stderr) inside a `with` block."""
+    stack = ExitStack()
+    stack.enter_context(catch_warnings())
+    simplefilter("ignore")
+    stack.enter_context(redirect_stderr(StringIO()))
+    return stack
+
+
+def debug_nans() -> bool:
+    """Whether jax_debug_nans is on (read from the config object captured here)."""
+    return _config.jax_debug_nans
+
+
+def device(values):
+    """A JAX array with a copy of `values` (any rank) in a buffer XLA owns.
+
+    Not plain jax.device_put: on CPU it may alias a NumPy array whose data is
+    64-byte aligned instead of copying it (even with may_alias=False), and XLA
+    cannot reuse an aliased buffer, so a correct answer would fail the buffer
+    check whenever the allocator happened to align the array (measured on the
+    pinned jax). Not jnp.asarray either: it always copies, but compiles a copy
+    program for every new shape (~7 ms each). So: copy `values` to a host
+    buffer that starts one element past a 64-byte boundary, which XLA can
+    never alias, and device_put that. An array of another rank than 1 is
+    copied flat and reshaped on the device.
+    """
+    values = asarray(values)
+    if values.ndim != 1:
+        return device(values.reshape(-1)).reshape(values.shape)
+    raw = _np_empty(values.nbytes + 128, _np_uint8)
+    start = (-raw.ctypes.data) % 64 + values.itemsize
+    host = raw[start:start + values.nbytes].view(values.dtype)
+    host[...] = values
+    return _device_put(host)
