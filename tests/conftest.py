@@ -34,7 +34,7 @@ def course_template(tmp_path_factory):
     compile cache is filled, the state file records from what). Made once
     per session: the first xdist worker to need it builds it, under a lock,
     in the folder the workers share. See `generated_course`."""
-    from donation_course.grading.cli import prepare
+    from donation_course.grading.prepare import prepare
 
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

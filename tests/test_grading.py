@@ -116,10 +116,32 @@ def test_bad_course_and_options_give_one_clear_line(tmp_path, env):
     assert r.returncode == 1 and "--workers must be at least 1" in r.stderr
 
 
+def test_workers_that_cannot_start_stop_the_run_with_one_line_and_no_zeros(tmp_path, env, generated_course):
+    """A grader failure (here a course config that breaks in every grading
+    worker, before it is ready) stops the run with one line and a non-zero
+    exit; no student is recorded, let alone with 0 points."""
+    course = generated_course(tmp_path / "course")
+    with open(course / "nbgrader_config.py", "a") as fh:
+        fh.write("\nimport multiprocessing\nif multiprocessing.parent_process() is not None:\n"
+                 "    raise RuntimeError('broken in the worker')\n")
+    corpus.build(tmp_path / "corpus")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for student in ("partial", "nodonate"):
+        shutil.copy(tmp_path / "corpus" / f"{student}_{EX}.ipynb", subs)
+    r = grade(env, subs, "--course", course, *GRADE_LIMITS, check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("course: error:")]
+    assert len(errors) == 1 and "before they were ready" in errors[0] and "broken in the worker" in errors[0], \
+        r.stderr
+    assert read_grades(course / ".grading" / "grades.csv") == {}
+    assert gradebook_scores(course) == {}
+
+
 # --- units ---------------------------------------------------------------------
 
 def test_only_a_kernel_lost_before_its_first_cell_is_tried_again():
-    from donation_course.grading.worker import died_at_startup
+    from donation_course.grading.messages import died_at_startup
 
     # the start-up failures of the grading client (fastkernel.py) and jupyter_client
     assert died_at_startup("RuntimeError: Kernel died before replying to kernel_info", "")
@@ -136,12 +158,14 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
     the grader's bar does not."""
     import threading
 
-    from donation_course.grading.pool import Pool
+    from donation_course.grading.pool import LocalPool
+    from donation_course.grading.settings import GradingSettings
+    from donation_course.grading.worker import WorkerJob
 
     count = ("import sys, threading\n{make}\nbar = progress_bar(3); bar.update()\n"
              "print(threading.active_count(), file=sys.__stdout__)")
     plain = "from tqdm import tqdm\nprogress_bar = lambda n: tqdm(total=n)"
-    ours = "from donation_course.grading.cli import progress_bar"
+    ours = "from donation_course.grading.progress import progress_bar"
     threads = {name: run([sys.executable, "-c", count.format(make=make)], env).stdout.split()
                for name, make in (("tqdm", plain), ("grader", ours))}
     assert threads == {"tqdm": ["2"], "grader": ["1"]}
@@ -150,7 +174,10 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
     other.start()
     try:
         with pytest.raises(RuntimeError, match="grading workers are forked.*'other'"):
-            Pool(1, tmp_path, tmp_path, 6, 512, str(tmp_path), str(tmp_path))
+            job = WorkerJob(course=str(tmp_path), db=str(tmp_path / "w.db"), cell_timeout=6, max_output_bytes=1,
+                            kernel=GradingSettings().kernel(""), kernel_dir=str(tmp_path), log=str(tmp_path),
+                            tmp=str(tmp_path))
+            LocalPool(1, job, timeout=6)
     finally:
         stop.set()
         other.join()
@@ -158,7 +185,7 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
 
 def test_the_compile_cache_is_filled_again_only_when_what_it_ran_changes(tmp_path):
     from donation_course.course import Course
-    from donation_course.grading.cli import cache_digest
+    from donation_course.grading.prepare import cache_digest
 
     course = Course(make_course(tmp_path / "course"))
     before = cache_digest(course)

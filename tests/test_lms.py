@@ -45,7 +45,7 @@ def late_course(course, env):
     the gradebook, on which the grader's first step (prepare: nbgrader's
     generate_assignment, for the changed config) has run."""
     from donation_course.course import Course
-    from donation_course.grading.cli import prepare
+    from donation_course.grading.prepare import prepare
 
     with open(course / "nbgrader_config.py", "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
@@ -182,13 +182,12 @@ def test_merge_is_one_transaction(tmp_path, released_course):
     """A result that fails half-way leaves the gradebook as it was."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from donation_course.grading.cli import merge
+    from donation_course.grading.gradebook import merge
+    from donation_course.grading.result import CellGrade, NotebookResult, StudentResult
 
     db = tmp_path / "gradebook.db"
     shutil.copy(released_course / "gradebook.db", db)
-    bad = {"student": "half", "notebooks": {EX: {"grades": [{"name": "no-such-cell", "auto_score": 1,
-                                                             "manual_score": None, "needs_manual_grade": False}],
-                                                 "comments": []}}}
+    bad = StudentResult.graded("half", {EX: NotebookResult(grades=[CellGrade("no-such-cell", 1, auto_score=1)])})
     # (the shared course may already hold students another test graded there)
     with Gradebook(f"sqlite:///{db}") as gb:
         before = sorted((s.id, s.last_name) for s in gb.students)
@@ -196,7 +195,7 @@ def test_merge_is_one_transaction(tmp_path, released_course):
             merge(gb, ASSIGNMENT, bad)
     with Gradebook(f"sqlite:///{db}") as gb:
         assert sorted((s.id, s.last_name) for s in gb.students) == before
-        good = dict(bad, notebooks={})
+        good = StudentResult.graded("half", {})
         merge(gb, ASSIGNMENT, good, name="Half Way")
     with Gradebook(f"sqlite:///{db}") as gb:
         assert sorted((s.id, s.last_name) for s in gb.students) == sorted(before + [("half", "Half Way")])
@@ -352,7 +351,7 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     state = course / ".grading" / "state.json"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if state.exists() and '"row"' in state.read_text():
+        if state.exists() and '"summary"' in state.read_text():
             break  # at least one student is in; others are being graded
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()

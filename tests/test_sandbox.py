@@ -98,15 +98,14 @@ def run_in_sandbox(tmp_path, code, cache=None):
 import os, sys, tempfile
 from pathlib import Path
 from jupyter_client.manager import KernelManager
-from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_scratch, serve_env, use_compile_cache
+from donation_course.grading.settings import GradingSettings
+from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_student_dir, use_kernel_settings
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
-serve_env(tmp + "/w0", True)
-if {str(cache or "")!r}:
-    use_compile_cache({str(cache or "")!r})
-run = new_scratch("alice")
+use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}))
+runtime = new_student_dir(Path(tmp) / "w0")
 km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
-km.ip = os.environ["DONATION_LAB_RUNTIME"] + "/kernel-ipc"
+km.ip = str(runtime / "kernel-ipc")
 km.start_kernel(cwd=sys.argv[1])
 kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
 out = []
@@ -124,9 +123,8 @@ print("".join(out))
     cwd = course / "autograded" / "alice" / "a"
     cwd.mkdir(parents=True)
     (cwd / "mine.txt").write_text("alice's file")
-    env = {**os.environ, "DONATION_LAB_MEMORY_MB": "3072"}
     r = subprocess.run([sys.executable, str(script), str(cwd), code], capture_output=True, text=True,
-                       timeout=180, env=env)
+                       timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     return course, cwd, r.stdout
 

@@ -72,7 +72,7 @@ class RssMeter:
     measure = RSS_MEASURE
 
     def __init__(self):
-        self.can_reset = reset_peak_rss()
+        reset_peak_rss()
 
     def current(self) -> int:
         return current_rss_bytes()
@@ -88,7 +88,6 @@ class DeviceMeter:
     """The device allocator's own counters (GPU/TPU). Its peak cannot be
     reset, which is one more reason each measurement gets a fresh process."""
     measure = DEVICE_MEASURE
-    can_reset = False
 
     def __init__(self, device):
         self.device = device

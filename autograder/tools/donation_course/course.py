@@ -133,6 +133,17 @@ def run_nbgrader(course: Path, *args: str, log: Path = None) -> subprocess.Compl
     return result
 
 
+def grade_id(cell) -> str | None:
+    """The grade_id of a cell nbgrader tracks (a grade, solution or locked
+    cell), else None: the one hand-written read of nbgrader's cell metadata;
+    everything else asks nbgrader.utils (is_grade, is_solution, is_locked)."""
+    from nbgrader.utils import is_grade, is_locked, is_solution
+
+    if is_grade(cell) or is_solution(cell) or is_locked(cell):
+        return cell.metadata["nbgrader"].get("grade_id")
+    return None
+
+
 def read_notebook(path: Path) -> nbformat.NotebookNode:
     """Read and validate one notebook, or raise CourseError in one line."""
     try:

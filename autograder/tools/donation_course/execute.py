@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbgrader.utils import is_grade, is_solution
 
 
 @dataclass
@@ -18,15 +19,8 @@ class CellError:
     ename: str
     evalue: str
     tags: list
-    nbgrader: dict
-
-    @property
-    def is_solution(self) -> bool:
-        return bool(self.nbgrader.get("solution"))
-
-    @property
-    def is_test(self) -> bool:
-        return bool(self.nbgrader.get("grade")) and not self.is_solution
+    is_solution: bool  # an nbgrader answer cell
+    is_test: bool      # an nbgrader grade cell that is not an answer cell
 
 
 @dataclass
@@ -70,6 +64,7 @@ def notebook_errors(nb) -> list:
                     ename=out.get("ename", ""),
                     evalue=out.get("evalue", ""),
                     tags=list(cell.metadata.get("tags", [])),
-                    nbgrader=dict(cell.metadata.get("nbgrader", {})),
+                    is_solution=bool(is_solution(cell)),
+                    is_test=bool(is_grade(cell)) and not is_solution(cell),
                 ))
     return errors

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import nbformat
+from nbgrader.utils import is_solution
 
+from ..course import grade_id
 from . import exercise as exercise_corpus
 
 LEARNER = exercise_corpus.LEARNER
@@ -85,9 +87,8 @@ def build(dest: Path) -> dict:
     for student, (answer, *_rest) in CASES.items():
         nb = nbformat.read(LEARNER, as_version=4)
         for c in nb.cells:
-            grade_id = c.metadata.get("nbgrader", {}).get("grade_id", "")
-            if c.metadata.get("nbgrader", {}).get("solution"):
-                if grade_id == "cap-answer":
+            if is_solution(c):
+                if grade_id(c) == "cap-answer":
                     if answer is not None:
                         c.source = answer
                 else:

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import nbformat
+from nbgrader.utils import is_grade, is_solution
 
-from ..course import COURSE, NOTEBOOKS
+from ..course import COURSE, NOTEBOOKS, grade_id
 
 EXERCISE = COURSE.notebooks[-1]  # the graded notebook is the last one
 LEARNER = NOTEBOOKS / f"{EXERCISE}.ipynb"
@@ -120,20 +121,20 @@ def build(dest: Path) -> dict:
         cells = nb.cells
         if answer == "@edit-test-cells":
             for c in cells:
-                if c.metadata.get("nbgrader", {}).get("grade"):
+                if is_grade(c):
                     c.source = "pass  # edited by the student"
             answer = PARTIAL
         if answer == "@delete-test-cells":
-            nb.cells = cells = [c for c in cells if not c.metadata.get("nbgrader", {}).get("grade")]
+            nb.cells = cells = [c for c in cells if not is_grade(c)]
             answer = PARTIAL
         for c in cells:
-            if c.metadata.get("nbgrader", {}).get("solution") and answer != "@as-released":
-                if c.metadata["nbgrader"].get("grade_id") == "cap-answer":
+            if is_solution(c) and answer != "@as-released":
+                if grade_id(c) == "cap-answer":
                     c.source = CAPSTONE  # the capstone (corpus/capstone.py) answered right
                 else:
                     c.source = PARTIAL if answer == "@duplicate-answer" else answer
         if answer == "@duplicate-answer":
-            i = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("solution"))
+            i = next(i for i, c in enumerate(cells) if is_solution(c))
             twin = nbformat.from_dict(json.loads(json.dumps(cells[i])))
             twin.id = "copy-of-answer"
             cells.insert(i + 1, twin)

@@ -1,1 +1,13 @@
-"""Class-scale grading on top of nbgrader (see cli.py)."""
+"""Class-scale grading on top of nbgrader: `./course grade`.
+
+The flow, one file a step: settings.py (every limit and cap) -> cli.py
+(flags) -> run.py (orders the steps) -> collect.py with lms.py and
+presets.py (which file is whose, staged into submitted/, repaired by
+repair.py) -> scan.py (the static policy) -> pool.py (the local executor)
+-> worker.py (nbgrader in process, one student at a time) -> kernel.py and
+sandbox.py (each kernel capped and sandboxed; fastkernel.py is its client,
+compile_cache.py its read-only JAX cache) -> result.py (a typed result per
+student) -> gradebook.py (one transaction per student) -> report.py and
+student_page.py (grades.csv, canvas-import.csv, the learner's page).
+docs/design.md says where a change goes.
+"""

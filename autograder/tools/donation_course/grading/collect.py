@@ -2,7 +2,7 @@
 
 SUBMISSIONS is a folder or a `.zip` of an LMS export (Canvas, Blackboard,
 Moodle, a flat folder) or an nbgrader `submitted/` tree; which file is whose
-is decided by the presets in lms.py, on nbgrader's `FileNameCollectorPlugin`.
+is decided by the presets in presets.py, on nbgrader's `FileNameCollectorPlugin`.
 A zip is extracted into a folder the caller owns (a TemporaryDirectory of the
 run), entry by entry: an entry with `..` or an absolute path is refused and
 reported, never written.
@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from ..course import CourseError
 from .lms import collect_files
+from .repair import repair
 
 
 def extract(archive: Path, dest: Path) -> list:
@@ -61,44 +62,6 @@ def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str
         raise CourseError(f"{src}: no .ipynb submissions found (expected an LMS export, <student>/{assignment}/"
                           "*.ipynb, or a flat folder or .zip of <student>_<notebook>.ipynb files)")
     return found, preset
-
-
-def _gid(cell):
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
-def repair(nb, release) -> list:
-    """Undo the cell edits that make nbgrader fail or lose points unfairly:
-    a grade cell the learner deleted is put back (nbgrader then restores its
-    instructor source), and a repeated grade_id keeps only its first cell
-    (later copies become ordinary cells). Returns notes for the report."""
-    notes, seen = [], set()
-    for cell in nb.cells:
-        gid = _gid(cell)
-        if gid is None:
-            continue
-        if gid in seen:
-            del cell.metadata["nbgrader"]
-            notes.append(f"duplicated cell {gid} ignored")
-        seen.add(gid)
-    if release is None:
-        return notes
-    ids = [c.get("id") for c in nb.cells]
-    for i, cell in enumerate(release.cells):
-        gid = _gid(cell)
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if gid is None or gid in seen or not (meta.get("grade") or meta.get("locked")):
-            continue
-        pos = 0  # after the nearest earlier release cell that is still there
-        for prev in reversed(release.cells[:i]):
-            if prev.get("id") in ids:
-                pos = ids.index(prev.get("id")) + 1
-                break
-        nb.cells.insert(pos, cell)
-        ids.insert(pos, cell.get("id"))
-        seen.add(gid)
-        notes.append(f"deleted cell {gid} restored")
-    return notes
 
 
 def stage(files: dict, submitted: Path, assignment: str, timestamp=None, release_dir=None) -> list:

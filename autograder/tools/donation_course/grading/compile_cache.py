@@ -9,7 +9,7 @@ runs the source of each notebook that has hidden tests (the instructor's
 solution and hidden tests, no student's code) once, in a kernel with the
 grading kernels' fixed environment (as `--no-sandbox` kernels get it), and
 keeps what JAX compiled there as a persistent compilation cache (`fill`;
-again whenever those notebooks or JAX change: cli.prepare). Grading
+again whenever those notebooks or JAX change: prepare.py). Grading
 kernels read it and never write it:
 
 - JAX writes no entry whose compile took less than
@@ -17,7 +17,7 @@ kernels read it and never write it:
   is infinite (sandbox.fixed_env);
 - the sandbox binds the folder read-only (sandbox.bwrap_argv), and
   `--no-sandbox` kernels, which nothing stops from writing, get a copy that
-  lasts one run (pool.run_pool).
+  lasts one run (run.Run.executor).
 
 So no submission can leave a program that another student's kernel then
 runs. JAX's cache key covers the computation, the compile options, the XLA

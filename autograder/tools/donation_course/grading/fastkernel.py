@@ -24,17 +24,17 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.utils import ensure_async
 from traitlets import Type
 
-MAX_OUTPUT = 1 << 20  # bytes of stream text one notebook may print; the rest is dropped
-CAPPED = "\n[output capped by the grader: more than 1 MiB was printed; the rest was dropped]\n"
+CAPPED = "\n[output capped by the grader: more than {limit:,} bytes were printed; the rest was dropped]\n"
 
 
 class CappedIOPubChannel(AsyncZMQSocketChannel):
-    """IOPub with an output budget per kernel: stream text beyond MAX_OUTPUT
+    """IOPub with an output budget per kernel: stream text beyond `limit`
     bytes is dropped (the first message past it carries CAPPED, on stdout,
     since nbgrader zeroes a grade cell that writes to stderr), and so are
     rich outputs (display_data, execute_result) past it. Other messages
     (status, errors, replies) pass as they are, so grading goes on."""
 
+    limit = 1 << 20  # bytes one notebook may print (the worker sets settings.max_output_bytes)
     printed = 0
     noted = False
 
@@ -43,17 +43,17 @@ class CappedIOPubChannel(AsyncZMQSocketChannel):
         kind, content = msg.get("msg_type"), msg.get("content", {})
         if kind == "stream":
             text = content.get("text", "")
-            room = MAX_OUTPUT - self.printed
+            room = self.limit - self.printed
             self.printed += len(text.encode("utf-8", "replace"))
             if room < len(text):
-                content["text"] = text[:max(room, 0)] + ("" if self.noted else CAPPED)
+                content["text"] = text[:max(room, 0)] + ("" if self.noted else CAPPED.format(limit=self.limit))
                 content["name"] = "stdout"  # an emptied stderr message must not zero the cell
                 self.noted = True
         elif kind in ("display_data", "execute_result", "update_display_data"):
             size = sum(len(str(v)) for v in content.get("data", {}).values())
             self.printed += size
-            if self.printed > MAX_OUTPUT:
-                content["data"] = {"text/plain": "" if self.noted else CAPPED.strip()}
+            if self.printed > self.limit:
+                content["data"] = {"text/plain": "" if self.noted else CAPPED.format(limit=self.limit).strip()}
                 content["metadata"] = {}
                 self.noted = True
         return msg

@@ -12,6 +12,7 @@ import re
 import jinja2
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.utils import is_grade
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 NOTE = "# (graded checks run here; their results are shown below)\n"
@@ -53,7 +54,7 @@ class StripHiddenTests(NbGraderPreprocessor):
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
             return cell, resources
-        grade = cell.metadata.get("nbgrader", {}).get("grade")
+        grade = is_grade(cell)
         if grade:
             cell.source = strip_hidden(cell.source)
         for output in cell.get("outputs", []):

@@ -1,20 +1,6 @@
-"""Which file is whose: LMS export presets on nbgrader's own `zip_collect` machinery.
-
-Every preset is a `named_regexp` for nbgrader's `FileNameCollectorPlugin`
-(groups `student_id` and `file_id`, optionally `timestamp`; ours add `name`
-for the display name, `late` for Canvas's late flag and `attempt` for
-Canvas's resubmission suffix). It is matched against each file's path
-relative to the export (a zip's inner folders are allowed in front).
-
-- canvas:     `<lastfirst>_[LATE_]<userid>_<submissionid>_<original>[-N].ipynb`
-- blackboard: `<Assignment Name>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<original>.ipynb`
-              (the username is the last `_`-free word before `_attempt_`; a
-              `.txt` receipt per attempt is skipped)
-- moodle:     `<Full Name>_<participant id>_assignsubmission_file_<original>.ipynb`,
-              or a folder `<Full Name>_<participant id>_assignsubmission_file_/` per student
-- nbgrader:   `<student>/<assignment>/<notebook>.ipynb` (+ `timestamp.txt`)
-- flat:       `<student>_<notebook>.ipynb` (the student id may hold `_`), or
-              `<student>[_anything].ipynb` for the exercise (id: the text before the first `_`)
+"""Which file is whose: each file of an export matched to a student and a
+notebook by an LMS preset (presets.py) on nbgrader's own
+`FileNameCollectorPlugin`; the latest attempt per student and notebook chosen.
 
 The student id is the LMS's unique id (Canvas user id, Moodle participant id,
 Blackboard username, nbgrader's id exactly as given); the display name is kept
@@ -27,17 +13,8 @@ from pathlib import Path
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
-PREFIX = r"(?:.*/)?"  # any folders of the export or zip in front
-PRESETS = {
-    "canvas": PREFIX + r"(?P<name>[^/_]*)_(?:(?P<late>LATE)_)?(?P<student_id>\d+)_(?P<submission>\d+)_"
-                       r"(?P<file_id>[^/]+?)(?:-(?P<attempt>\d+))?(?P<ext>\.[^./]+)$",
-    "blackboard": PREFIX + r"(?P<assignment>[^/]*)_(?P<student_id>[^/_]+)_attempt_"
-                           r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_(?P<file_id>[^/]+)$",
-    "moodle": PREFIX + r"(?P<name>[^/]+?)_(?P<student_id>\d+)_assignsubmission_(?:file|onlinetext)"
-                       r"(?:_|_?/(?:.*/)?)(?P<file_id>[^/]+)$",
-    "nbgrader": PREFIX + r"(?P<student_id>[^/]+)/{assignment}/(?P<file_id>[^/]+)$",
-    "flat": PREFIX + r"(?P<student_id>[^/_]+)(?:_(?P<file_id>[^/]+?))?\.ipynb$",
-}
+from .presets import PREFIX, PRESETS, detect
+
 TIMESTAMP_FORMATS = ("%Y-%m-%d-%H-%M-%S", "%Y-%m-%d %H:%M:%S.%f %Z", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
 SKIP = re.compile(r"(^|/)(__MACOSX|\.[^/]*)(/|$)")  # macOS zip debris, hidden files
 
@@ -99,17 +76,6 @@ def notebook_of(file_id: str, notebooks: list):
     return None
 
 
-def detect(rels: list, assignment: str):
-    """The preset that matches the most notebooks (None if none does)."""
-    best, hits = None, 0
-    for lms in ("nbgrader", "canvas", "blackboard", "moodle"):
-        rx = re.compile(PRESETS[lms].replace("{assignment}", re.escape(assignment)))
-        n = sum(1 for r in rels if r.endswith(".ipynb") and rx.match(r))
-        if n > hits:
-            best, hits = lms, n
-    return best or "flat"
-
-
 RECEIPT = re.compile(r"(?:.*/)?(?P<key>[^/]*_attempt_\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)\.txt$")
 RECEIPT_NAME = re.compile(r"^Name:\s*(?P<name>.*?)\s*\((?P<username>[^()]+)\)\s*$", re.M)
 
@@ -118,7 +84,7 @@ def blackboard_receipts(files: list, rels: list) -> dict:
     """{'<Assignment>_<username>_attempt_<time>': (username, name)} from Blackboard's
     receipts ("Name: Jane Doe (jane_doe)"): they settle usernames holding `_`."""
     out = {}
-    for path, rel in zip(files, rels):
+    for path, rel in zip(files, rels, strict=True):
         m = RECEIPT.match(rel)
         if not m:
             continue
@@ -144,7 +110,7 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         pattern = regex
     else:
         lms = lms or detect(rels, assignment)
-        pattern = PRESETS[lms].replace("{assignment}", re.escape(assignment))
+        pattern = PRESETS[lms].regexp(assignment)
     collector = Collector(named_regexp=pattern, valid_ext=[".ipynb"])
     named = None
     if lms == "flat":  # `<student>_<notebook>.ipynb` first, so that ids may hold `_`
@@ -153,7 +119,7 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
                           valid_ext=[".ipynb"])
     out, candidates = Collected(), {}
     receipts = blackboard_receipts(files, rels) if lms == "blackboard" else {}
-    for path, rel in zip(files, rels):
+    for path, rel in zip(files, rels, strict=True):
         if SKIP.search(rel):
             continue
         if path.is_symlink():

@@ -31,14 +31,19 @@ import sys
 from pathlib import Path
 
 SANDBOX_UID = 65534  # "nobody": no file outside the sandbox's binds belongs to it
-MAX_PROCESSES = 256  # threads count too (XLA's pools); a fork bomb stops here
-MAX_FILE_BYTES = 256 << 20
 INSTALL_HINT = ("bubblewrap (bwrap) is needed to grade in a sandbox: install it with "
                 "`apt-get install bubblewrap` (or run ./course grade --no-sandbox to grade without one)")
 
 # /etc files a Python process and JAX read; the rest of /etc stays out
 ETC = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group",
        "ssl", "alternatives", "mime.types"]
+
+
+def venv_python() -> str:
+    """This environment's Python, by its resolved path: the sandbox binds
+    resolved paths, and a venv reached through a symlink (a symlinked
+    checkout or .venv) must be exec'd at the path it is bound at."""
+    return str(Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name)
 
 
 def _roots() -> list:
@@ -58,15 +63,16 @@ def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
     With `cache`, JAX reads compiled programs from that folder; it writes
     them there only if `writable` (compile_cache.py: only the instructor's
     own notebooks run so)."""
-    venv_bin = str(Path(sys.executable).parent)
+    venv_bin = str(Path(venv_python()).parent)
     env = {
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
         "PYTHONWARNINGS": "ignore",  # a warning on stderr would zero a grade cell
         "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-        "PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": str(Path(sys.prefix)),
+        "PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": str(Path(sys.prefix).resolve()),
         "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/matplotlib", "JUPYTER_DATA_DIR": "/tmp/jupyter",
-        "JAX_PLATFORMS": "cpu",  # and no JAX_*/XLA_FLAGS but these: a lesson sets its own XLA_FLAGS "TF_CPP_MIN_LOG_LEVEL": "3",
+        # no JAX_*/XLA_FLAGS but these: a lesson sets its own XLA_FLAGS
+        "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
     }
     if cache:

@@ -1,30 +1,70 @@
 """A long-lived grading worker: one process, one NbGraderAPI, its own copy of
-the gradebook. It autogrades and generates feedback for one student at a time
-(real nbgrader, in process: no nbgrader/Python start-up per student) and sends
-back the scores; the main process is the only writer of the real gradebook."""
+the gradebook. It autogrades and generates feedback for one student at a
+time (real nbgrader, in process: no nbgrader or Python start-up per student)
+and sends back a StudentResult; the run process is the only writer of the
+real gradebook."""
+from __future__ import annotations
+
+import json
 import os
+import shutil
+import tempfile
+import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course, load_config
+from .messages import cell_messages, diagnose, died_at_startup
+from .result import CellGrade, Comment, NotebookResult, StudentResult
+from .settings import KERNEL_SETTINGS_ENV, STUDENT_DIR_ENV, KernelSettings
 
 KERNEL_NAME = "donation-lab-graded"
 
 
-def make_kernelspec(folder: Path, python: str) -> Path:
-    """A kernelspec whose launcher caps memory (see kernel.py)."""
-    import json
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a worker needs: the course, its gradebook copy, the limits, where it logs and works."""
 
+    course: str
+    db: str
+    cell_timeout: int
+    max_output_bytes: int
+    kernel: KernelSettings
+    kernel_dir: str   # holds the grading kernelspec (make_kernelspec)
+    log: str
+    tmp: str          # this worker's scratch folder, removed by the run however it ends
+
+
+def make_kernelspec(folder: Path, python: str) -> Path:
+    """A kernelspec whose launcher caps and sandboxes the kernel (kernel.py)."""
     spec = folder / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [python, "-m", "donation_course.grading.kernel", "-f", "{connection_file}"],
-        "display_name": "Python 3 (graded, memory-limited)", "language": "python",
+        "display_name": "Python 3 (graded, sandboxed)", "language": "python",
         # interrupt over the control channel: the kernel runs in its own session
         # (bwrap --new-session), where a SIGINT to the launcher's group never arrives
         "interrupt_mode": "message",
     }))
     return folder
+
+
+def use_kernel_settings(settings: KernelSettings) -> None:
+    """The grading kernels this process starts launch with `settings` (kernel.py reads them)."""
+    os.environ[KERNEL_SETTINGS_ENV] = settings.to_json()
+
+
+def new_student_dir(base: Path) -> Path:
+    """A fresh folder for one student's kernels, named to the launcher: runtime/
+    (connection file, sockets: the only folder the sandbox shares besides
+    the scratch copy of the working folder, made at scratch/). Returns runtime/."""
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(mode=0o700, parents=True)
+    runtime = base / "runtime"
+    runtime.mkdir()
+    os.environ[STUDENT_DIR_ENV] = str(base)
+    return runtime
 
 
 def make_api(course: Path, db: Path, cell_timeout: int):
@@ -53,59 +93,6 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     return NbGraderAPI(coursedir=coursedir, config=cfg)
 
 
-def diagnose(log: str, error: str) -> str:
-    text = (log or "") + "\n" + (error or "")
-    if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text.lower():
-        return "the kernel died while running the notebook (the code exited the process, crashed, or was killed)"
-    if "Kernel didn't respond" in text:
-        return "the kernel did not start in time"
-    if "UnresponsiveKernelError" in text or "became unresponsive" in text:
-        return "the kernel stopped responding and could not be interrupted"
-    if "NotJSONError" in text or "JSONDecodeError" in text or "not valid JSON" in text:
-        return "the notebook file is not valid notebook JSON"
-    if "duplicate" in text.lower() and "grade" in text.lower():
-        return "the notebook has duplicated graded cells that nbgrader could not resolve"
-    return ("nbgrader could not grade this submission; your instructor has the full log "
-            "(nothing you submitted was lost)")
-
-
-def died_at_startup(log: str, error: str) -> bool:
-    """The kernel died, or never answered, before it ran a cell: worth one
-    more try, since that can be the machine's doing. A kernel that died or
-    hung while running a cell did so in the submission's own code, and a
-    second run would give the same verdict at the same cost."""
-    text = (log or "") + "\n" + (error or "")
-    return "before replying to kernel_info" in text or "Kernel didn't respond" in text
-
-
-def cell_messages(autograded: Path) -> dict:
-    """grade_id -> the learner-facing message of that cell's last check line or error."""
-    import nbformat
-
-    from .feedback import learner_message
-
-    out = {}
-    try:
-        nb = nbformat.read(autograded, as_version=4)
-    except Exception:
-        return out
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not (meta.get("grade") or meta.get("solution")):
-            continue
-        message, errored = "", False
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                message = learner_message(o)  # the same rule as the feedback HTML's
-                errored = True
-            elif o.get("output_type") == "stream" and o.get("name") == "stdout" and not errored:
-                lines = [ln for ln in o.get("text", "").splitlines() if ln.startswith("\u2714")]
-                if lines:
-                    message = lines[-1]
-        out[meta.get("grade_id", cell.get("id"))] = {"message": message.strip(), "error": errored}
-    return out
-
-
 def scan_submission(course: Path, student: str, assignment: str) -> dict:
     """{notebook: [Flag]} for the student's submitted notebooks (scan.py), read before any kernel starts."""
     import nbformat
@@ -126,132 +113,84 @@ def scan_submission(course: Path, student: str, assignment: str) -> dict:
     return flags
 
 
-def apply_flags(result: dict, flags: dict) -> None:
-    """A flagged notebook: every grade cell waits for the instructor
-    (needs_manual_grade) with no automatic points; the reason names cell, line and construct."""
-    if not flags:
-        return
-    for nbname, found in flags.items():
-        for g in result["notebooks"].get(nbname, {}).get("grades", []):
-            g["auto_score"], g["needs_manual_grade"] = 0.0, True
-            g["message"] = "flagged for the instructor (manual grading): " + found[0].reason
-    result["status"] = "flagged"
-    listed = "; ".join(str(f) for found in flags.values() for f in found[:5])
-    result["reason"] = ("flagged for manual grading, no automatic points: " + listed
-                        + (" | " + result["reason"] if result.get("reason") else ""))
+def notebook_results(api, course: Path, student: str, assignment: str) -> tuple[dict, str | None] | None:
+    """({notebook: NotebookResult}, timestamp) as the worker's gradebook holds them, or None."""
+    from nbgrader.api import Gradebook, MissingEntry
 
-
-def new_scratch(student: str, api=None) -> Path:
-    """A fresh scratch folder (sandbox copy of the working folder) and runtime
-    folder (connection file, sockets) for this student's kernels."""
-    import shutil
-    import tempfile
-
-    base = Path(os.environ["DONATION_LAB_TMP"])
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(mode=0o700, parents=True)
-    run = Path(tempfile.mkdtemp(dir=base, prefix="r"))
-    os.environ["DONATION_LAB_RUNTIME"] = str(run)
-    if api is not None:  # the sockets' absolute path (the default is relative to the working folder)
-        api.config.KernelManager.ip = str(run / "kernel-ipc")
-    os.environ["DONATION_LAB_SCRATCH"] = str(base / "scratch")
-    return base
-
-
-def grade_one(api, course: Path, student: str) -> dict:
-    ASSIGNMENT = Course(course).assignment
-
-    result = {"student": student, "notebooks": {}, "ok": True, "reason": ""}
-    flags = scan_submission(course, student, ASSIGNMENT)
-    try:
-        return _grade(api, course, student, ASSIGNMENT, result, flags)
-    finally:
-        import shutil
-
-        shutil.rmtree(os.environ.get("DONATION_LAB_TMP", "/nonexistent"), ignore_errors=True)
-
-
-def _grade(api, course, student, ASSIGNMENT, result, flags):
-    from nbgrader.api import Gradebook
-
-    new_scratch(student, api)
-    res = api.autograde(ASSIGNMENT, student, force=True, create=True)
-    if not res.get("success") and died_at_startup(res.get("log", ""), res.get("error", "")):
-        new_scratch(student, api)
-        res = api.autograde(ASSIGNMENT, student, force=True, create=True)
-    if not res.get("success"):
-        result["ok"] = False
-        result["reason"] = diagnose(res.get("log", ""), res.get("error", ""))
-        result["log"] = f"{res.get('log', '')}\n{res.get('error', '')}"
-    else:
-        fb = api.generate_feedback(ASSIGNMENT, student, force=True)
-        if not fb.get("success"):
-            result["reason"] = "feedback could not be generated: " + diagnose(fb.get("log", ""), fb.get("error", ""))
-            result["log"] = f"{fb.get('log', '')}\n{fb.get('error', '')}"
     with Gradebook(api.coursedir.db_url, api.course_id) as gb:
         try:
-            sub = gb.find_submission(ASSIGNMENT, student)
-        except Exception:
-            apply_flags(result, flags)
-            return result
-        result["timestamp"] = sub.timestamp.isoformat() if sub.timestamp else None
+            sub = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return None
+        notebooks = {}
         for nb in sub.notebooks:
-            auto = course / "autograded" / student / ASSIGNMENT / f"{nb.name}.ipynb"
+            auto = course / "autograded" / student / assignment / f"{nb.name}.ipynb"
             msgs = cell_messages(auto) if auto.exists() else {}
-            grades = []
-            for g in nb.grades:
-                grades.append({"name": g.name, "auto_score": g.auto_score, "manual_score": g.manual_score,
-                               "max_score": g.max_score, "needs_manual_grade": g.needs_manual_grade,
-                               **msgs.get(g.name, {"message": "", "error": None})})
-            comments = [{"name": c.name, "auto_comment": c.auto_comment, "manual_comment": c.manual_comment}
-                        for c in nb.comments]
-            solution_errors = {k: v["message"] for k, v in msgs.items() if v["error"] and
-                               k not in {g["name"] for g in grades}}
-            result["notebooks"][nb.name] = {"grades": grades, "comments": comments,
-                                            "graded": auto.exists(), "solution_errors": solution_errors,
-                                            "late_penalty": nb.late_submission_penalty}
-    apply_flags(result, flags)
+            grades = [CellGrade(g.name, g.max_score, g.auto_score, g.manual_score, g.needs_manual_grade,
+                                **msgs.get(g.name, {})) for g in nb.grades]
+            names = {g.name for g in grades}
+            notebooks[nb.name] = NotebookResult(
+                grades=grades, comments=[Comment(c.name, c.auto_comment, c.manual_comment) for c in nb.comments],
+                graded=auto.exists(), late_penalty=nb.late_submission_penalty,
+                solution_errors={k: v["message"] for k, v in msgs.items() if v["error"] and k not in names})
+        return notebooks, (sub.timestamp.isoformat() if sub.timestamp else None)
+
+
+def grade_one(api, course: Path, student: str, tmp: Path) -> StudentResult:
+    assignment = Course(course).assignment
+    flags = scan_submission(course, student, assignment)
+    start = time.monotonic()
+    try:
+        api.config.KernelManager.ip = str(new_student_dir(tmp) / "kernel-ipc")  # sockets: an absolute path
+        res = api.autograde(assignment, student, force=True, create=True)
+        if not res.get("success") and died_at_startup(res.get("log", ""), res.get("error", "")):
+            api.config.KernelManager.ip = str(new_student_dir(tmp) / "kernel-ipc")
+            res = api.autograde(assignment, student, force=True, create=True)
+        reasons, log = [], ""
+        if res.get("success"):
+            fb = api.generate_feedback(assignment, student, force=True)
+            if not fb.get("success"):
+                reasons.append("feedback could not be generated: " + diagnose(fb.get("log", ""), fb.get("error", "")))
+                log = f"{fb.get('log', '')}\n{fb.get('error', '')}"
+        else:
+            log = f"{res.get('log', '')}\n{res.get('error', '')}"
+        found = notebook_results(api, course, student, assignment)
+        notebooks, timestamp = found or ({}, None)
+        if res.get("success"):
+            result = StudentResult.graded(student, notebooks, timestamp, reasons)
+        else:
+            result = StudentResult.failed(student, diagnose(res.get("log", ""), res.get("error", "")), log, notebooks)
+            result.timestamp = timestamp
+        result.log = log
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.flag(flags)
+    result.seconds = time.monotonic() - start
     return result
 
 
-def use_compile_cache(folder) -> None:
-    """Give this worker's kernels the course's JAX compilation cache, to
-    read only (compile_cache.py). Results are the same with or without it;
-    the test suite grades the solved course both ways."""
-    os.environ["DONATION_LAB_COMPILE_CACHE"] = str(folder)  # kernel.py passes it on
-
-
-def serve_env(tmp: str, sandbox: bool) -> None:
-    os.environ["DONATION_LAB_TMP"] = tmp
-    os.environ["DONATION_LAB_SANDBOX"] = "1" if sandbox else "0"
-
-
-def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_dir: str, log: str,
-          compile_cache: str = "", tmp: str = "", sandbox: bool = True) -> None:
-    """Worker main loop: receive a student id, send back a result dict."""
+def serve(conn, job: WorkerJob) -> None:
+    """Worker main loop: receive a student id, send back a StudentResult."""
     os.setsid()
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)  # nbgrader's and the kernels' chatter goes to the log, not the terminal
-    os.environ["DONATION_LAB_MEMORY_MB"] = str(memory_mb)
-    os.environ["JUPYTER_PATH"] = kernel_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    os.environ["JUPYTER_PATH"] = job.kernel_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    serve_env(tmp, sandbox)
-    if tmp:
-        # Temporary files of this process (jupyter_client writes each kernel's
-        # connection file with mkstemp) go under the run's scratch folder,
-        # which the grader removes however the run ends: a worker killed
-        # mid-student (Ctrl-C, time limit) leaves nothing in the user's TMPDIR.
-        import tempfile
+    use_kernel_settings(job.kernel)
+    # Temporary files of this process (jupyter_client writes each kernel's
+    # connection file with mkstemp) go under the run's scratch folder, which
+    # the run removes however it ends: a worker killed mid-student (Ctrl-C,
+    # time limit) leaves nothing in the user's TMPDIR.
+    own_tmp = Path(job.tmp + "-tmp")
+    own_tmp.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(own_tmp)
+    from .fastkernel import CappedIOPubChannel
 
-        own_tmp = Path(tmp + "-tmp")
-        own_tmp.mkdir(parents=True, exist_ok=True)
-        os.environ["TMPDIR"] = tempfile.tempdir = str(own_tmp)
-    if compile_cache:
-        use_compile_cache(compile_cache)
-    course_p = Path(course)
-    os.chdir(course_p)
-    api = make_api(course_p, Path(db), cell_timeout)
+    CappedIOPubChannel.limit = job.max_output_bytes
+    course = Path(job.course)
+    os.chdir(course)
+    api = make_api(course, Path(job.db), job.cell_timeout)
     conn.send(("ready", None))
     while True:
         try:
@@ -261,8 +200,8 @@ def serve(conn, course: str, db: str, cell_timeout: int, memory_mb: int, kernel_
         if student is None:
             return
         try:
-            conn.send(("done", grade_one(api, course_p, student)))
+            conn.send(("done", grade_one(api, course, student, Path(job.tmp))))
         except Exception:
-            conn.send(("done", {"student": student, "notebooks": {}, "ok": False, "log": traceback.format_exc(),
-                                "reason": "the grader itself failed on this submission; your instructor has "
-                                          "the full log (nothing you submitted was lost)"}))
+            conn.send(("done", StudentResult.failed(
+                student, "the grader itself failed on this submission; your instructor has the full log "
+                "(nothing you submitted was lost)", log=traceback.format_exc())))

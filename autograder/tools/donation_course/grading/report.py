@@ -1,0 +1,108 @@
+"""grades.csv and canvas-import.csv, from the gradebook plus each student's Summary.
+
+A row is derived in one place (`student_row`): the numbers from nbgrader's
+gradebook, whatever run graded them and whatever an instructor changed in
+formgrader since, and the status, reasons and files from the run that
+graded the student (result.Summary, kept in the state file).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..course import Course
+from .gradebook import open_gradebook
+from .result import Status, StudentResult, Summary
+from .state import write_atomic
+
+CANVAS_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str, float], submitted: set[str],
+              files: str = "", name: str = "", sandbox: bool = True) -> Summary:
+    """The status and reasons of a freshly graded student: the result's own
+    reasons, then each answer cell that raised and each check that lost
+    points (with its learner message), then the notebooks not submitted."""
+    reasons = list(result.reasons)
+    for nb in notebooks:
+        data = result.notebooks.get(nb)
+        if data is None or nb not in submitted:
+            continue
+        for cell, msg in data.solution_errors.items():
+            reasons.append(f"{nb}/{cell}: your code raised {msg.splitlines()[0][:240] if msg else 'an error'}")
+        for g in data.grades:
+            if not g.passed:
+                msg = (g.message or "failed").splitlines()[0].lstrip("\u2718 ")[:240]
+                reasons.append(f"{nb}/{g.name} ({g.score:g}/{g.max_score:g}): {msg}")
+    missing = [nb for nb in notebooks if nb not in submitted]
+    if missing and len(missing) < len(notebooks):
+        reasons.append("not submitted: " + ", ".join(missing))
+    if result.status is not None:
+        status = result.status.value
+    else:
+        full = all((result.notebooks[nb].score if nb in result.notebooks else 0.0) >= max_scores[nb]
+                   for nb in submitted if nb in max_scores)
+        status = Status.OK.value if full else Status.PARTIAL.value
+    if not sandbox:  # said on every row: these grades came from unsandboxed kernels
+        reasons.insert(0, "sandbox off")
+    return Summary(status=status, reasons=reasons, files=files, name=name)
+
+
+def student_row(sub, summary: Summary, notebooks: list[str]) -> dict:
+    """One student's grades.csv row: an nbgrader SubmittedAssignment plus its Summary."""
+    row = {"student": sub.student.id, "name": summary.name or sub.student.last_name or "",
+           "timestamp": sub.timestamp.isoformat(sep=" ") if sub.timestamp else "",
+           "late_penalty": round(sub.late_submission_penalty or 0.0, 3)}
+    for nb in sub.notebooks:
+        row[nb.name] = round(nb.score, 3)
+        for g in nb.grades:
+            row[f"{nb.name}:{g.name}"] = round(g.score, 3)
+    points = sum(row.get(nb, 0.0) for nb in notebooks)
+    reasons = list(summary.reasons)
+    if row["late_penalty"]:
+        reasons.insert(0, f"late submission penalty {row['late_penalty']:g} (nbgrader)")
+    row.update(total=round(points - row["late_penalty"], 3), max=round(sub.max_score, 3),
+               status=summary.status or (Status.OK.value if points >= sub.max_score else Status.PARTIAL.value),
+               reason=" | ".join(reasons), files=summary.files)
+    return row
+
+
+def row_of(course: Course, student: str, summary: Summary) -> dict:
+    with open_gradebook(course) as gb:
+        return student_row(gb.find_submission(course.assignment, student), summary, course.notebooks)
+
+
+def class_rows(course: Course, summaries: dict[str, Summary]) -> tuple[list[dict], list[str]]:
+    """Every submission in the gradebook as a row, and the per-check column names."""
+    rows, checks = [], []
+    with open_gradebook(course) as gb:
+        a = gb.find_assignment(course.assignment)
+        for nb in a.notebooks:
+            checks += [f"{nb.name}:{c.name}" for c in nb.grade_cells]
+        for sub in sorted(a.submissions, key=lambda s: s.student.id):
+            rows.append(student_row(sub, summaries.get(sub.student.id, Summary()), course.notebooks))
+    return rows, checks
+
+
+def csv_text(fields: list[str], rows: Iterable[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row.get(k, "") for k in fields})
+    return buf.getvalue()
+
+
+def write_reports(course: Course, summaries: dict[str, Summary], out: Path, canvas_column: str = "") -> list[dict]:
+    """grades.csv and canvas-import.csv for the WHOLE gradebook, whatever this run graded."""
+    rows, checks = class_rows(course, summaries)
+    fields = ["student", "name", *course.notebooks, "late_penalty", "total", "max", "status", "reason",
+              "timestamp", "files", *checks]
+    write_atomic(out / "grades.csv", csv_text(fields, rows))
+    header = canvas_column or course.assignment
+    canvas = [{"Student": r["name"] or r["student"], "ID": r["student"], header: r["total"]} for r in rows]
+    points = {"Student": "    Points Possible", header: rows[0]["max"] if rows else ""}
+    write_atomic(out / "canvas-import.csv", csv_text([*CANVAS_FIELDS, header], [points, *canvas]))
+    return rows

@@ -1,0 +1,127 @@
+"""What grading one student gives: a typed result, built by its constructors.
+
+A worker returns a `StudentResult` (nbgrader's grades per cell, with the
+learner message each check printed or raised), or the pool makes one for a
+student whose grading failed or ran out of time. The run (run.py) merges it
+into the gradebook and keeps its `Summary` (status, reasons, files) in the
+state file; every row of grades.csv comes from the gradebook plus that
+summary (report.py).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    OK = "ok"              # every submitted notebook scored full marks
+    PARTIAL = "partial"    # graded; some points lost
+    FLAGGED = "flagged"    # the scan found code outside the policy: the instructor grades it
+    ERROR = "error"        # nbgrader or the grading process could not finish it
+    TIMEOUT = "timeout"    # past the whole-submission time limit
+    INVALID = "invalid"    # nothing submitted could be read as a notebook
+
+
+@dataclass
+class CellGrade:
+    name: str
+    max_score: float
+    auto_score: float | None = None
+    manual_score: float | None = None
+    needs_manual_grade: bool = False
+    message: str = ""      # the learner message the cell's check printed or raised
+    error: bool = False    # the cell raised
+
+    @property
+    def score(self) -> float:
+        return self.manual_score if self.manual_score is not None else (self.auto_score or 0.0)
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= (self.max_score or 0)
+
+
+@dataclass
+class Comment:
+    name: str
+    auto_comment: str | None = None
+    manual_comment: str | None = None
+
+
+@dataclass
+class NotebookResult:
+    grades: list[CellGrade] = field(default_factory=list)
+    comments: list[Comment] = field(default_factory=list)
+    graded: bool = False                                            # an autograded copy exists
+    solution_errors: dict[str, str] = field(default_factory=dict)  # answer cell -> what it raised
+    late_penalty: float | None = None
+
+    @property
+    def score(self) -> float:
+        return sum(g.score for g in self.grades)
+
+
+@dataclass
+class StudentResult:
+    student: str
+    status: Status | None = None   # None: OK or PARTIAL, decided from the scores (report.py)
+    notebooks: dict[str, NotebookResult] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)  # for the instructor's CSV and the learner's page
+    timestamp: str | None = None   # nbgrader's submission time, ISO format
+    log: str = ""                  # nbgrader's log when something failed: the instructor's only
+    seconds: float = 0.0           # grading wall time
+
+    @property
+    def completed(self) -> bool:
+        """nbgrader graded it (whatever the score)."""
+        return self.status not in (Status.ERROR, Status.TIMEOUT, Status.INVALID)
+
+    # --- constructors
+    @classmethod
+    def graded(cls, student: str, notebooks: dict[str, NotebookResult], timestamp: str | None = None,
+               reasons: list[str] | None = None) -> StudentResult:
+        return cls(student, None, notebooks, list(reasons or []), timestamp)
+
+    @classmethod
+    def failed(cls, student: str, reason: str, log: str = "",
+               notebooks: dict[str, NotebookResult] | None = None) -> StudentResult:
+        return cls(student, Status.ERROR, dict(notebooks or {}), [reason] if reason else [], log=log)
+
+    @classmethod
+    def timed_out(cls, student: str, limit: int) -> StudentResult:
+        return cls(student, Status.TIMEOUT, reasons=[
+            f"grading took longer than {limit} s (whole-submission time limit); no score could be recorded"])
+
+    @classmethod
+    def invalid(cls, student: str) -> StudentResult:
+        return cls(student, Status.INVALID)
+
+    def flag(self, flags: dict[str, list]) -> None:
+        """A flagged notebook (scan.py): every grade cell waits for the instructor
+        (needs_manual_grade) with no automatic points; the reason names cell, line and rule."""
+        if not flags:
+            return
+        for name, found in flags.items():
+            for g in self.notebooks.get(name, NotebookResult()).grades:
+                g.auto_score, g.needs_manual_grade = 0.0, True
+                g.message = "flagged for the instructor (manual grading): " + found[0].reason
+        self.status = Status.FLAGGED
+        listed = "; ".join(str(f) for found in flags.values() for f in found[:5])
+        self.reasons.insert(0, "flagged for manual grading, no automatic points: " + listed)
+
+
+@dataclass
+class Summary:
+    """What grades.csv says of a student besides the gradebook's numbers; kept in the state file."""
+
+    status: str = ""
+    reasons: list[str] = field(default_factory=list)
+    files: str = ""
+    name: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Summary:
+        return cls(**{k: data[k] for k in ("status", "reasons", "files", "name") if k in data})

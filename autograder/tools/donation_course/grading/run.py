@@ -1,0 +1,241 @@
+"""One `./course grade` run, step by step (grade_class calls them in order).
+
+The run process generates the assignment once into the course's gradebook
+(prepare.py), stages the submissions into `submitted/` (collect.py), and
+grades them on an executor (pool.py's forked workers: one NbGraderAPI and
+a private gradebook copy each, one sandboxed kernel per notebook). It is the
+only writer of the real gradebook: it backs it up, then merges each
+student's result in one transaction as it arrives (gradebook.py), writes
+the learner's page (student_page.py), and at the end grades.csv and
+canvas-import.csv for the whole gradebook (report.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..course import Course, CourseError, read_notebook
+from .collect import collect, stage
+from .compile_cache import FOLDER as CACHE
+from .gradebook import assignment_facts, merge_result
+from .pool import LocalPool
+from .prepare import digest_files, prepare
+from .progress import NoProgress, progress_bar
+from .report import row_of, summarize, write_reports
+from .result import Status, StudentResult
+from .settings import GradingSettings
+from .state import STATE, StudentState, run_lock, save_state, write_atomic
+from .student_page import write_page
+from .worker import WorkerJob, make_kernelspec
+
+# Where the kernels' ipc sockets live (in the run's scratch folder): a unix
+# socket's path has at most 107 bytes, and a user's TMPDIR may be deeper.
+SOCKET_TMP = "/tmp"
+BACKUPS_KEPT = 3
+
+
+@dataclass(frozen=True)
+class GradeRequest:
+    """What to grade in this run (the settings say how)."""
+
+    submissions: Path
+    students: tuple[str, ...] = ()   # only these (default: everyone found)
+    only_changed: bool = False       # skip students whose files are unchanged since they were graded
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def late_timestamp(files: dict, duedate, notes: list, sid: str):
+    """nbgrader's timestamp for a student's chosen files: the latest LMS
+    timestamp; for a file the LMS only flags late (Canvas's _LATE_, no time),
+    one second after the due date, so nbgrader's LateSubmissionPlugin sees it late."""
+    stamps = [f.timestamp for f in files.values() if f.timestamp]
+    if stamps:
+        return max(stamps)
+    if any(f.late for f in files.values()):
+        if duedate is None:
+            notes.append(f"{sid}: flagged late by the LMS, but the assignment has no due date in the "
+                         "gradebook; no late penalty can apply")
+            return None
+        return duedate + dt.timedelta(seconds=1)
+    return None
+
+
+class Run:
+    def __init__(self, course: Course, settings: GradingSettings, request: GradeRequest):
+        self.course, self.settings, self.request = course, settings, request
+        self.out = settings.output_folder(course.root)
+        self.state_path = course.root / STATE
+        self.start = time.monotonic()
+
+    def collect(self, workdir: Path) -> None:
+        """Find every submission (before nbgrader runs: bad input fails in a moment)."""
+        src = self.request.submissions
+        self.found, _preset = collect(src.resolve() if src.exists() else src, self.course.notebooks,
+                                          self.course.assignment, workdir, lms=self.settings.lms or None,
+                                          regex=self.settings.name_regex or None)
+        for line in self.found.notes:
+            say(f"note: {line}")
+        for line in self.found.problems:
+            say(f"problem: {line}")
+
+    def prepare(self) -> None:
+        self.state = prepare(self.course, self.out, say, compile_cache=self.settings.compile_cache)
+        self.facts = assignment_facts(self.course)
+
+    def plan(self) -> None:
+        """Which students to grade, their nbgrader timestamps, their invalid notebooks."""
+        students = self.found.students
+        if self.request.students:
+            missing = [s for s in self.request.students if s not in students]
+            if missing:
+                raise CourseError(f"--student {', '.join(missing)}: not in {self.request.submissions} "
+                                  f"(found {len(students)} students, e.g. {', '.join(sorted(students)[:5])})")
+            students = {s: students[s] for s in self.request.students}
+        self.timestamps, self.invalid, self.hashes = {}, {}, {}
+        for sid, files in students.items():
+            notes = []
+            self.timestamps[sid] = late_timestamp(files, self.facts.duedate, notes, sid)
+            for line in notes:
+                say(f"note: {line}")
+            ts = self.timestamps[sid].isoformat() if self.timestamps[sid] else ""
+            self.hashes[sid] = f"{digest_files([f.path for f in files.values()])}:{ts}:{self.state.source}"
+            for nb, f in list(files.items()):
+                try:
+                    read_notebook(f.path)
+                except CourseError as exc:
+                    self.invalid.setdefault(sid, []).append(f"{f.rel}: {str(exc).split(': ', 1)[-1]}")
+                    del files[nb]
+        unchanged = {sid for sid in students if self.request.only_changed and sid in self.facts.submitted
+                     and self.state.students.get(sid, StudentState()).hash == self.hashes[sid]}
+        self.todo = [sid for sid in sorted(students) if sid not in unchanged]
+        self.skipped = sorted(unchanged)
+
+    def stage(self) -> None:
+        self.repaired, submitted = {}, self.course.root / "submitted"
+        for sid in self.todo:
+            notes = stage(self.found.students[sid], submitted, self.course.assignment,
+                          timestamp=self.timestamps[sid], release_dir=self.course.release)
+            if notes:
+                self.repaired[sid] = notes
+        self.gradable = [sid for sid in self.todo
+                         if any((submitted / sid / self.course.assignment).glob("*.ipynb"))]
+
+    def backup(self) -> None:
+        db = self.course.gradebook
+        self.backup_path = db.with_name(f"gradebook.db.bak-{dt.datetime.now():%Y%m%d-%H%M%S}")
+        shutil.copyfile(db, self.backup_path)
+        for old in sorted(self.course.root.glob("gradebook.db.bak-*"))[:-BACKUPS_KEPT]:
+            old.unlink()
+
+    def on_result(self, result: StudentResult) -> None:
+        """Merge one student's result into the gradebook, keep its summary, write its page."""
+        sid = result.student
+        if result.log:
+            write_atomic(self.out / "logs" / "students" / f"{sid}.log", result.log)  # the instructor's only
+        extra = self.invalid.get(sid, []) + self.found.student_problems.get(sid, []) + self.repaired.get(sid, [])
+        if sid in self.invalid and result.status is None:
+            result.status = Status.ERROR  # nbgrader graded what was left; a submitted file could not be read
+        if extra:
+            result.reasons.insert(0, "; ".join(extra))
+        name = self.found.names.get(sid, "")
+        merge_result(self.course, result, name=name)
+        assignment = self.course.root / "submitted" / sid / self.course.assignment
+        submitted = set(self.found.students.get(sid, {})) | {
+            nb for nb in self.course.notebooks if (assignment / f"{nb}.ipynb").exists()}
+        files = " ".join(f.rel for f in self.found.students.get(sid, {}).values())
+        summary = summarize(result, self.course.notebooks, self.facts.max_scores, submitted, files=files,
+                            name=name, sandbox=self.settings.sandbox)
+        if (sid in self.invalid or sid in self.found.student_problems) and summary.status == Status.OK.value:
+            summary.status = Status.PARTIAL.value
+        self.state.students[sid] = StudentState(hash=self.hashes.get(sid, ""), summary=summary)
+        save_state(self.state_path, self.state)
+        write_page(row_of(self.course, sid, summary), result, self.course, self.out)
+
+    def grade(self) -> None:
+        for sid in self.todo:
+            if sid not in self.gradable:  # nothing valid to grade
+                self.on_result(StudentResult.invalid(sid))
+        if not self.gradable:
+            return
+        bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
+        self.start = time.monotonic()
+        try:
+            with self.executor() as pool, contextlib.closing(pool.grade(self.gradable)) as results:
+                for result in results:
+                    self.on_result(result)
+                    bar.update()
+        finally:
+            bar.close()
+
+    @contextlib.contextmanager
+    def executor(self):
+        """The local pool, with its scratch folders; removed however the run ends."""
+        with tempfile.TemporaryDirectory(prefix="donation-lab-grade-") as tmp, \
+                tempfile.TemporaryDirectory(prefix="dlg-", dir=SOCKET_TMP) as scratch:
+            kernel_dir = make_kernelspec(Path(tmp) / "jupyter", sys.executable)
+            logs = self.out / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            cache = self.course.root / CACHE
+            if not self.settings.compile_cache or not cache.is_dir():
+                cache = ""
+            elif not self.settings.sandbox:
+                # Unsandboxed kernels could write to the course's cache (JAX is
+                # only told not to): they get this run's copy of it.
+                cache = shutil.copytree(cache, Path(tmp) / "compile-cache")
+            job = WorkerJob(course=str(self.course.root), db=str(Path(tmp) / "worker.db"),
+                            cell_timeout=self.settings.cell_seconds(self.course.cell_timeout()),
+                            max_output_bytes=self.settings.max_output_bytes,
+                            kernel=self.settings.kernel(str(cache)), kernel_dir=str(kernel_dir), log=str(logs),
+                            tmp=scratch)
+            pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
+                             self.settings.timeout)
+            try:
+                yield pool
+            finally:
+                pool.close()
+
+    def write_reports(self) -> list[dict]:
+        summaries = {sid: s.summary for sid, s in self.state.students.items()}
+        return write_reports(self.course, summaries, self.out, self.settings.canvas_column)
+
+
+def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
+    if settings.sandbox:
+        from .sandbox import probe
+
+        problem = probe()
+        if problem:
+            raise CourseError(problem)
+    run = Run(course, settings, request)
+    with run_lock(run.state_path.parent), tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work:
+        run.collect(Path(work))
+        run.prepare()
+        run.plan()
+        run.stage()
+        run.backup()
+        run.out.mkdir(parents=True, exist_ok=True)
+        try:
+            run.grade()
+        finally:
+            rows = run.write_reports()
+            save_state(run.state_path, run.state)
+    elapsed = time.monotonic() - run.start
+    print(f"graded {len(run.gradable)} submission(s) in {elapsed:.1f}s with {settings.worker_count()} worker(s)"
+          + (f", {len(run.skipped)} unchanged skipped" if run.skipped else "")
+          + f"; {len(rows)} student(s) in grades: {run.out / 'grades.csv'} (Canvas import: "
+          f"{run.out / 'canvas-import.csv'}); feedback: {run.out / 'feedback'}; gradebook: {course.gradebook} "
+          f"(backup {run.backup_path.name})")
+    if run.found.problems:
+        say(f"course: error: {len(run.found.problems)} file(s) could not be graded as given (see 'problem:' "
+            "lines above); everything else was graded")
+        return 1
+    return 0

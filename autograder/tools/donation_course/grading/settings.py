@@ -1,0 +1,114 @@
+"""Every setting of a grading run, in one object.
+
+`GradingSettings` is a traitlets Configurable, as nbgrader's own options
+are: a course sets defaults in its `nbgrader_config.py`
+
+    c.GradingSettings.timeout = 600
+    c.GradingSettings.memory_mb = 4096
+
+and `./course grade`'s flags override them for one run (cli.py). A new
+limit or sandbox cap is a trait here; the kernel launcher (kernel.py)
+receives the part it needs as one JSON value (`KernelSettings`), never as
+a bundle of environment variables.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from traitlets import Bool, Int, Unicode
+from traitlets.config import Configurable
+
+# The launcher's two environment variables: the kernel settings (JSON), and
+# the folder of the student being graded (runtime/ for the connection file
+# and sockets, scratch/ for the working folder's copy).
+KERNEL_SETTINGS_ENV = "DONATION_LAB_KERNEL"
+STUDENT_DIR_ENV = "DONATION_LAB_STUDENT_DIR"
+
+
+def available_cores() -> int:
+    """Cores this process may use: its CPU affinity, then a cgroup quota (a hub pod's CPU limit)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+class GradingSettings(Configurable):
+    """Limits, sandbox caps, workers and paths of `./course grade`."""
+
+    # --- scale
+    workers = Int(0, help="Parallel grading workers (0: the cores this process may use).").tag(config=True)
+    # --- time
+    timeout = Int(300, help="Seconds per whole submission.").tag(config=True)
+    cell_timeout = Int(0, help="Seconds per cell (0: the course's Execute.timeout, at most `timeout`).").tag(
+        config=True)
+    # --- the kernel's caps (kernel.py and sandbox.py apply them)
+    memory_mb = Int(3072, help="Address-space limit of each grading kernel, in MiB.").tag(config=True)
+    max_processes = Int(256, help="Processes and threads of a sandboxed kernel (RLIMIT_NPROC).").tag(config=True)
+    max_file_mb = Int(256, help="Largest file a kernel may write, in MiB (RLIMIT_FSIZE).").tag(config=True)
+    max_output_bytes = Int(1 << 20, help="Stream and rich output one notebook may print.").tag(config=True)
+    sandbox = Bool(True, help="Run grading kernels in bubblewrap's sandbox.").tag(config=True)
+    compile_cache = Bool(True, help="Let grading kernels read the course's JAX compile cache.").tag(config=True)
+    # --- input and output
+    lms = Unicode("", help="The export's file naming (a preset of presets.py; '' detects it).").tag(config=True)
+    name_regex = Unicode("", help="Any other naming: a FileNameCollectorPlugin.named_regexp.").tag(config=True)
+    out = Unicode("", help="Where grades.csv and feedback/ go ('' for COURSE/.grading).").tag(config=True)
+    canvas_column = Unicode("", help="The assignment column of canvas-import.csv, as Canvas names it.").tag(
+        config=True)
+    progress = Bool(True, help="Show a progress bar.").tag(config=True)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first setting out of range."""
+        for name in ("timeout", "memory_mb", "max_processes", "max_file_mb", "max_output_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.workers < 0:
+            raise ValueError("--workers must be at least 1")
+        if self.cell_timeout < 0:
+            raise ValueError("--cell-timeout must be at least 1")
+
+    def worker_count(self) -> int:
+        return self.workers or available_cores()
+
+    def cell_seconds(self, course_default: int) -> int:
+        return min(self.cell_timeout or course_default, self.timeout)
+
+    def output_folder(self, course_root: Path) -> Path:
+        return (Path(self.out) if self.out else course_root / ".grading").resolve()
+
+    def kernel(self, compile_cache: str) -> KernelSettings:
+        return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,
+                              max_file_bytes=self.max_file_mb << 20, sandbox=self.sandbox,
+                              compile_cache=compile_cache)
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """What the kernel launcher needs, serialised into one environment variable."""
+
+    memory_mb: int
+    max_processes: int
+    max_file_bytes: int
+    sandbox: bool
+    compile_cache: str  # the folder to read compiled programs from, or ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> KernelSettings:
+        return cls(**json.loads(text))
+
+    @classmethod
+    def from_environment(cls) -> KernelSettings:
+        return cls.from_json(os.environ[KERNEL_SETTINGS_ENV])
