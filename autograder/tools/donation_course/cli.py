@@ -1,4 +1,4 @@
-"""The instructor's commands behind ./course: `regenerate` and `grade`.
+"""The commands behind ./course: `regenerate` and `grade` (the instructor's), `check` (a learner's).
 
 Every failure a user can cause (a malformed notebook, a missing folder) ends
 with one line on stderr and a non-zero exit, never a traceback.
@@ -38,7 +38,13 @@ def grade(argv) -> int:
     return grade_main(argv)
 
 
-COMMANDS = {"regenerate": regenerate, "grade": grade}
+def check(argv) -> int:
+    from .grading.selfcheck import main as check_main
+
+    return check_main(argv)
+
+
+COMMANDS = {"regenerate": regenerate, "grade": grade, "check": check}
 
 
 def main(argv=None) -> int:

@@ -44,24 +44,42 @@ def extract(archive: Path, dest: Path) -> list:
 
 
 def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str = None, regex: str = None):
-    """(Collected, preset) for SUBMISSIONS, or CourseError; a zip goes to workdir."""
+    """(Collected, preset) for SUBMISSIONS, or CourseError; a zip, or a single
+    notebook file, goes to workdir. Nobody to grade is a CourseError in one line."""
     if not src.exists():
         raise CourseError(f"{src}: no such file or folder")
     problems = []
     if src.is_file():
-        if not zipfile.is_zipfile(src):
-            raise CourseError(f"{src}: not a folder and not a .zip file")
         root = workdir / "export"
         root.mkdir(parents=True)
-        problems = extract(src, root)
+        if src.name.endswith(".ipynb"):  # one file: named as a file of a flat export
+            shutil.copyfile(src, root / src.name)
+        elif zipfile.is_zipfile(src):
+            problems = extract(src, root)
+        else:
+            raise CourseError(f"{src}: not a folder and not a .zip or .ipynb file")
     else:
         root = src
     found, preset = collect_files(root, notebooks, assignment, lms=lms, regex=regex)
     found.problems[:0] = problems
-    if not found.students and not found.problems:
-        raise CourseError(f"{src}: no .ipynb submissions found (expected an LMS export, <student>/{assignment}/"
-                          "*.ipynb, or a flat folder or .zip of <student>_<notebook>.ipynb files)")
+    if not found.students:
+        raise CourseError(nobody_to_grade(src, found, assignment))
     return found, preset
+
+
+def nobody_to_grade(src: Path, found, assignment: str) -> str:
+    """The one line for SUBMISSIONS in which no file is any student's."""
+    if found.lesson_files and len(found.lesson_files) == len(found.problems):
+        if len(found.problems) == 1:
+            return found.problems[0].replace(found.lesson_files[0], str(src), 1)
+        return (f"{src}: nobody graded: its {len(found.lesson_files)} notebooks are the course's own lesson "
+                f"files ({', '.join(found.lesson_files)}), whose names hold no student id (to check your own "
+                "work, run `./course check` on them; to grade a student's, name it <student>_<notebook>.ipynb)")
+    if found.problems:
+        more = f" (and {len(found.problems) - 3} more)" if len(found.problems) > 3 else ""
+        return f"{src}: nobody graded: " + "; ".join(found.problems[:3]) + more
+    return (f"{src}: no .ipynb submissions found (expected an LMS export, <student>/{assignment}/"
+            "*.ipynb, or a flat folder or .zip of <student>_<notebook>.ipynb files)")
 
 
 def stage(files: dict, submitted: Path, assignment: str, timestamp=None, release_dir=None) -> list:

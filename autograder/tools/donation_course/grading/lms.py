@@ -48,6 +48,7 @@ class Collected:
     problems: list = field(default_factory=list)  # one line each, naming the files
     notes: list = field(default_factory=list)  # warnings that are not errors
     student_problems: dict = field(default_factory=dict)  # sid -> [line] (also in problems)
+    lesson_files: list = field(default_factory=list)  # the course's own notebooks, named by no student
 
 
 def parse_timestamp(text: str):
@@ -62,12 +63,28 @@ def parse_timestamp(text: str):
     return parse_utc(text).replace(tzinfo=None)
 
 
+COPY_SUFFIX = re.compile(r"(?: \(\d+\)|-Copy\d+)$")  # a browser's ` (1)`, Jupyter's `-Copy1`
+
+
+def lesson_file(rel: str, notebooks: list):
+    """The course notebook whose own file name `rel` bears (`07_update_with_donate.ipynb`,
+    with a copy suffix allowed), or None: such a file names no student."""
+    stem = COPY_SUFFIX.sub("", Path(rel).stem) if rel.endswith(".ipynb") else None
+    return stem if stem in notebooks else None
+
+
+def lesson_problem(rel: str, nb: str) -> str:
+    return (f"{rel}: the course's own {nb}.ipynb, whose name holds no student id; not graded "
+            f"(to check your own work, run `./course check` on it; to grade it as a student's, "
+            f"name it <student>_{nb}.ipynb)")
+
+
 def notebook_of(file_id: str, notebooks: list):
     """The assignment notebook a submitted file name is, or None: the name
     itself (`03_pitfalls.ipynb`), or a name ending in it after `_`, `-` or a
     space (`jdoe_03_pitfalls.ipynb`), with a browser's ` (1)` or Jupyter's
     `-Copy1` copy suffix allowed."""
-    stem = re.sub(r"(?: \(\d+\)|-Copy\d+)$", "", Path(file_id).stem) if file_id.endswith(".ipynb") else None
+    stem = COPY_SUFFIX.sub("", Path(file_id).stem) if file_id.endswith(".ipynb") else None
     if stem is None:
         return None
     for nb in sorted(notebooks, key=len, reverse=True):
@@ -128,6 +145,11 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         if not rel.endswith(".ipynb"):
             if not (lms == "blackboard" and rel.endswith(".txt")) and Path(rel).name != "timestamp.txt":
                 out.notes.append(f"{rel}: not a notebook; not graded")
+            continue
+        lesson = lesson_file(rel, notebooks) if lms == "flat" else None
+        if lesson:  # never a student called "07": the learner's own copy of a lesson
+            out.problems.append(lesson_problem(rel, lesson))
+            out.lesson_files.append(rel)
             continue
         gd = (named and named.match(rel)) or collector.match(rel)
         if not gd or not gd.get("student_id"):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course, CourseError, read_notebook
+from .audit_log import trusted_cells
 from .collect import collect, stage
 from .compile_cache import FOLDER as CACHE
 from .gradebook import assignment_facts, merge_result
@@ -29,6 +30,7 @@ from .prepare import digest_files, prepare
 from .progress import NoProgress, progress_bar
 from .report import row_of, summarize, write_reports
 from .result import Status, StudentResult
+from .scan import ALLOWED_MODULES
 from .settings import GradingSettings
 from .state import STATE, StudentState, run_lock, save_state, write_atomic
 from .student_page import write_page
@@ -158,7 +160,11 @@ class Run:
             summary.status = Status.PARTIAL.value
         self.state.students[sid] = StudentState(hash=self.hashes.get(sid, ""), summary=summary)
         save_state(self.state_path, self.state)
-        write_page(row_of(self.course, sid, summary), result, self.course, self.out)
+        self.write_page(result, row_of(self.course, sid, summary))
+
+    def write_page(self, result: StudentResult, row: dict) -> Path:
+        """The learner's feedback page (`./course check` gives its own maximum)."""
+        return write_page(row, result, self.course, self.out)
 
     def grade(self) -> None:
         for sid in self.todo:
@@ -191,11 +197,11 @@ class Run:
                 # Unsandboxed kernels could write to the course's cache (JAX is
                 # only told not to): they get this run's copy of it.
                 cache = shutil.copytree(cache, Path(tmp) / "compile-cache")
+            kernel = self.settings.kernel(str(cache), trusted_cells(self.course), sorted(ALLOWED_MODULES))
             job = WorkerJob(course=str(self.course.root), db=str(Path(tmp) / "worker.db"),
                             cell_timeout=self.settings.cell_seconds(self.course.cell_timeout()),
                             max_output_bytes=self.settings.max_output_bytes,
-                            kernel=self.settings.kernel(str(cache)), kernel_dir=str(kernel_dir), log=str(logs),
-                            tmp=scratch)
+                            kernel=kernel, kernel_dir=str(kernel_dir), log=str(logs), tmp=scratch)
             pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
                              self.settings.timeout)
             try:
@@ -208,16 +214,22 @@ class Run:
         return write_reports(self.course, summaries, self.out, self.settings.canvas_column)
 
 
-def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
+def require_sandbox(settings: GradingSettings) -> None:
+    """CourseError in one line when the settings ask for a sandbox this machine cannot give."""
     if settings.sandbox:
         from .sandbox import probe
 
         problem = probe()
         if problem:
             raise CourseError(problem)
+
+
+def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
+    require_sandbox(settings)
     run = Run(course, settings, request)
-    with run_lock(run.state_path.parent), tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work:
-        run.collect(Path(work))
+    with tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work, contextlib.ExitStack() as locked:
+        run.collect(Path(work))  # bad input stops here, before anything in the course is written
+        locked.enter_context(run_lock(run.state_path.parent))
         run.prepare()
         run.plan()
         run.stage()

@@ -86,6 +86,6 @@ def run_lock(state_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise CourseError(f"another ./course grade is running on {state_dir.parent}; "
+            raise CourseError(f"another ./course grade or check is running on {state_dir.parent}; "
                               "wait for it to finish") from None
         yield
