@@ -49,6 +49,8 @@ def test_no_honest_corpus_answer_is_flagged_and_every_tampering_one_is(tmp_path)
     "update_with_donate = jax.jit(lambda s, d: s + d, donate_argnums=(0,))\n",
     "print(f'{state.dtype} {len(state)}')\n",
     "def f(a):\n    return a.__len__()\n",
+    "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n",  # lesson 3 teaches it
+    "%timeit update_with_donate(x, d)\n",
 ])
 def test_ordinary_code_is_not_flagged(source):
     assert scan_source(source) == []

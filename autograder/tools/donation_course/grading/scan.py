@@ -1,54 +1,53 @@
-"""Static scan of a submission, before any kernel starts.
+"""Static scan of a submission before any kernel starts: a policy (what a learner's code MAY use), not a blocklist.
 
-Reads every code cell the learner controls (every code cell except the
-release's locked and grade cells, whose source nbgrader puts back before it
-runs anything), after IPython's own input transformation (so `%magic` and
-`!shell` lines are seen as the `get_ipython()` calls they become), with
-`ast`, outside the kernel. It flags each construct that can reach the checks,
-the interpreter or the machine: a submission that needs none of them loses
-nothing, and one that uses them is left to the instructor
-(nbgrader's needs_manual_grade) instead of being scored automatically.
-"""
+Reads each learner-controlled code cell (not the release's locked and grade cells: nbgrader restores those) as the
+kernel runs it (IPython's transformation and automagic: `!ls`, `%env`, `system id` are `get_ipython()` calls) and
+flags what the policy (the data below, rules 1-7 in _Visitor) does not allow: the instructor grades those by hand."""
 import ast
+import functools
+import importlib.util
+import re
 from dataclasses import dataclass
 
-# Names whose mere use reaches the interpreter, the checks or the machine.
-NAMES = {
-    "get_ipython": "IPython's shell (input transformers, namespaces, magics)",
-    "exec": "exec runs code the scan cannot read", "eval": "eval runs code the scan cannot read",
-    "compile": "compile builds code the scan cannot read", "__import__": "__import__ imports by name",
-    "globals": "globals() reaches the notebook's namespace", "locals": "locals() reaches a namespace",
-    "vars": "vars() reaches a module's or object's namespace", "setattr": "setattr changes attributes by name",
-    "delattr": "delattr deletes attributes by name", "open": "file-system access (open)",
-    "breakpoint": "breakpoint starts a debugger", "input": "input() waits for a person",
-    "__builtins__": "the builtins namespace", "memoryview": "raw memory access (memoryview)",
-    "display": None,
+ALLOWED_MODULES = {"jax", "numpy", "functools", "math", "typing", "dataclasses", "collections", "itertools",
+                   "warnings", "time", "matplotlib", "donation_lab", "__future__"}
+ALLOWED_DEFS = set("__init__ __post_init__ __call__ __repr__ __str__ __len__ __getitem__ __iter__ __next__ "
+                   "__contains__ __enter__ __exit__ __eq__ __hash__".split())
+ALLOWED_DUNDERS = ALLOWED_DEFS | {"__name__", "__doc__", "__version__", "__slots__", "__main__"}
+MAGICS, MAGIC_OPTIONS = {"time", "timeit"}, re.compile(r"\s*(?:(?:-[tcqo]+|-[nrp]\s*\d+|--no-raise-error)(?:\s+|$))*")
+MODULE_NAMES = {"np", "jnp", "jax", "lax", "functools", "checks", "plt", "warnings", "math"}  # + what `import` binds
+DENIED_MODULES = set("""builtins sys os posix nt importlib subprocess ctypes ctypeslib cffi inspect gc types io
+    pathlib shutil tempfile glob fileinput codecs gzip zipfile socket urllib http signal threading multiprocessing
+    concurrent asyncio atexit traceback linecache weakref operator string pickle marshal shelve dill cloudpickle
+    copyreg runpy code codeop site sysconfig ast dis logging argparse psutil mmap pdb bdb IPython ipykernel
+    nbgrader donation_course f2py distutils extbuild timeit""".split())  # held by allowed modules (np.os), or worse
+_why = lambda names, why: {n: why.format(n) for n in names.split()}  # noqa: E731
+DENIED_ATTRS = {  # names never read (as attributes, through getattr, imported, in strings), whatever they are read from
+    **_why("""modules f_globals f_locals f_back f_builtins f_code f_trace gi_frame gi_code cr_frame cr_code ag_frame
+        ag_code tb_frame tb_next co_code func_globals func_code""", "frames, code or module table"),
+    **_why("system getoutput environ getsource settrace setprofile kill killpg popen fork spawn exec_module "
+           "load_module", "reaches the process or the machine"),
+    **_why("""attrgetter methodcaller Formatter get_field vformat get_type_hints ForwardRef update_wrapper register
+        switch_backend getp setp runstring rundocs decorate_methods getattr hasattr setattr delattr vars globals
+        locals dir exec eval breakpoint backend rc_file register_dataclass""",
+           "reflective access ({}: names or code given as data)"),
+    **_why("""load loads read_array open_memmap memmap fromfile loadtxt genfromtxt read_pickle NpzFile DataSource
+        Unpickler deserialize deserialize_and_load serialize_executable allow_pickle""",
+           "a loader that reads files or pickles (a pickle runs code)"),
+    **_why("""save savez savez_compressed savetxt tofile dump dumps savefig imsave write_text write_bytes read_text
+        read_bytes open tempdir temppath as_strided""", "file-system or raw-memory access (writes and reads files)"),
 }
-NAMES = {k: v for k, v in NAMES.items() if v}
-# Modules a learner's answer never needs: process, file-system, network,
-# interpreter and introspection access.
-MODULES = {
-    "os", "sys", "subprocess", "shutil", "pathlib", "socket", "psutil", "ctypes", "cffi", "inspect", "gc",
-    "signal", "importlib", "builtins", "multiprocessing", "threading", "_thread", "concurrent", "asyncio",
-    "io", "tempfile", "glob", "fcntl", "mmap", "resource", "pty", "tty", "termios", "code", "codeop",
-    "runpy", "site", "sysconfig", "types", "marshal", "pickle", "dill", "cloudpickle", "shelve", "dbm",
-    "sqlite3", "urllib", "http", "requests", "ftplib", "smtplib", "ssl", "select", "selectors", "webbrowser",
-    "traceback", "linecache", "tracemalloc", "faulthandler", "atexit", "weakref", "pdb", "bdb", "dis",
-    "IPython", "ipykernel", "jupyter_client", "zmq", "traitlets", "nbgrader", "nbformat", "nbclient",
-    "donation_course", "sqlalchemy", "pty", "platform", "getpass", "pwd", "grp", "ast", "copyreg",
-    "posix", "nt", "_io", "_ctypes", "zipimport", "pkgutil", "warnings", "logging", "unittest",
-}
-# Attribute names that lead to frames, namespaces, the shell or the OS.
-ATTRS = {
-    "modules", "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "cr_frame", "ag_frame",
-    "tb_frame", "tb_next", "input_transformers_post", "input_transformers_cleanup", "ast_transformers",
-    "user_ns", "user_global_ns", "events", "register_magic_function", "run_line_magic", "run_cell_magic",
-    "system", "getoutput", "environ", "getsource", "settrace", "setprofile", "kill", "killpg", "popen",
-    "fork", "spawn", "exec_module", "load_module", "co_code", "func_globals", "func_code",
-}
-ALLOWED_DUNDERS = {"__init__", "__call__", "__name__", "__doc__", "__repr__", "__str__", "__len__",
-                   "__getitem__", "__iter__", "__next__", "__enter__", "__exit__", "__eq__", "__hash__",
-                   "__add__", "__radd__", "__mul__", "__rmul__", "__sub__", "__rsub__", "__neg__"}
+DENIED_NAMES = {  # builtins never named (getattr/hasattr: only called directly, see visit_Call)
+    **_why("setattr delattr", "reflective access: {}() changes attributes by name"),
+    **_why("vars globals locals dir", "reflective access: {}() reaches a namespace"),
+    **_why("exec eval compile", "{}() runs code the scan cannot read"), **_why("exit quit", "{}() ends the kernel"),
+    "__import__": "__import__ imports by name", "help": "help() imports modules by name", "input": "input() waits",
+    "get_ipython": "IPython's shell (get_ipython): only %time and %timeit are allowed", "memoryview": "raw memory",
+    "breakpoint": "breakpoint starts a debugger", "open": "file-system access (open)"}
+GUARDED = {"testing": "numpy.testing only through its assert_*", "wraps": "only wraps(f): it sets attributes by name"}
+REFLECTIVE, FORMATS, FUNCS = ("getattr", "hasattr"), ("format", "format_map"), (ast.FunctionDef, ast.AsyncFunctionDef)
+_dunder = lambda name: len(name) > 4 and name.startswith("__") and name.endswith("__")  # noqa: E731
+_str = lambda node: isinstance(node, ast.Constant) and isinstance(node.value, str)  # noqa: E731
 
 
 @dataclass
@@ -62,91 +61,218 @@ class Flag:
         return f"{self.notebook}/{self.cell} line {self.line}: {self.reason}"
 
 
-def _transform(source: str) -> str:
-    from IPython.core.inputtransformer2 import TransformerManager
+def name_problem(name: str):  # the rule (2-5) `name` breaks when it is used to reach an attribute, or None
+    if _dunder(name):
+        return None if name in ALLOWED_DUNDERS else "dunder attribute (reaches an object's internals)"
+    if name.startswith("_") and name.strip("_"):
+        return "private attribute"
+    return "module outside the allowlist" if name in DENIED_MODULES else DENIED_ATTRS.get(name)
 
-    return TransformerManager().transform_cell(source)
+
+def _missing(top: str) -> bool:  # the grading interpreter cannot find it: importing it only raises
+    try:
+        return top not in DENIED_MODULES and importlib.util.find_spec(top) is None
+    except (ImportError, ValueError):
+        return False
+
+
+def _context(trees) -> tuple:  # a notebook's (names bound to modules, class names, instance method names)
+    modules, classes, methods = set(MODULE_NAMES), set(), set()
+    for node in (n for tree in trees for n in ast.walk(tree)):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ClassDef):
+            classes.add(node.name)
+            methods |= {f.name for f in node.body if isinstance(f, FUNCS)}
+    return modules, classes, methods
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self):
-        self.found = []
+    """1 imports from ALLOWED_MODULES (numpy.testing: assert_*) or of a module the grader cannot find (a typo: it only
+    raises, since no file can be written), none starred or relative; 2 no private or dunder name, attribute or name-
+    like string beyond ALLOWED_DUNDERS, ALLOWED_DEFS; 3 no module outside the allowlist as an attribute, no module as
+    a value; 4 no reflection (DENIED_NAMES, DENIED_ATTRS, GUARDED; getattr/hasattr only with a constant public name;
+    format fields obey 2-3); 5 no loader, no file access (DENIED_ATTRS); 6 attributes assigned only on a method's own
+    self, no learner's method called through its class; 7 IPython: only %time and %timeit, whose code obeys these."""
+    def __init__(self, context):
+        self.context, (self.modules, self.classes, self.methods) = context, context
+        self.found, self.receivers, self.ok, self.skip, self.defs = [], set(), set(), set(), []
+        self.flag = lambda node, reason: self.found.append((getattr(node, "lineno", 0), reason))
 
-    def flag(self, node, reason):
-        self.found.append((getattr(node, "lineno", 0), reason))
+    def _reach(self, node, obj, name, how):  # rules 2-6 for reading `name` from `obj`
+        problem = name_problem(name) or id(node) not in self.ok and GUARDED.get(name)
+        if problem:
+            self.flag(node, f"{how}: {problem}")
+        if name in self.methods and (getattr(obj, "id", None) in self.classes  # A.f or type(a).f: a method whose
+                                     or getattr(getattr(obj, "func", None), "id", "") == "type"):  # self is anything
+            self.flag(node, f"{ast.unparse(obj)}.{name}: a method called through its class (self could be any object)")
 
-    def visit_Name(self, node):
-        if node.id in NAMES:
-            self.flag(node, f"{node.id}: {NAMES[node.id]}")
-        elif node.id in MODULES and isinstance(node.ctx, ast.Load) and False:
-            pass
-        self.generic_visit(node)
+    def _bound(self, node, name):
+        if name and (name.startswith("_dl") or _dunder(name) and name not in ALLOWED_DUNDERS):
+            self.flag(node, f"{name}: private or dunder name (the course's or the interpreter's)")
 
-    def _module(self, node, name):
-        top = (name or "").split(".")[0]
-        if top in MODULES:
-            self.flag(node, f"imports {name} (process, file-system, network or interpreter access)")
+    def _module(self, node, name, asname=None):  # rule 1; `from m import n` imports m.n, bound as n
+        top, *rest = name.split(".")
+        bad = next((p for p in rest if name_problem(p)), None)
+        self._bound(node, asname)
+        if rest[-1:] == ["*"]:
+            self.flag(node, f"from {name[:-2]} import * (star import: hides which names it binds)")
+        elif top in ALLOWED_MODULES and bad or top not in ALLOWED_MODULES and not _missing(top):
+            self.flag(node, f"imports {name} ({name_problem(bad) if bad else 'import outside the allowlist'})")
+        elif "testing" in rest and asname and not rest[-1].startswith("assert_"):
+            self.flag(node, f"imports {name} (numpy.testing: only its assert_* functions, by their names)")
 
-    def visit_Import(self, node):
-        for alias in node.names:
-            self._module(node, alias.name)
+    visit_Import = lambda self, node: [self._module(node, a.name, a.asname) for a in node.names]  # noqa: E731
 
     def visit_ImportFrom(self, node):
-        if node.level:
-            self.flag(node, "relative import")
+        if node.level or not node.module:
+            return self.flag(node, "relative import (import outside the allowlist)")
         self._module(node, node.module)
         for alias in node.names:
-            if alias.name == "*":
-                self.flag(node, f"from {node.module} import * (hides which names it binds)")
-            self._module(node, alias.name if node.module in ("donation_lab",) else "")
+            self._module(node, f"{node.module}.{alias.name}", alias.asname or alias.name)
+
+    def visit_Name(self, node):
+        n = node.id
+        if n in REFLECTIVE:  # a direct call never gets here: visit_Call does not visit its func
+            self.flag(node, f"reflective access: {n} used as a value (only {n}(obj, 'public_name') is allowed)")
+        elif n in DENIED_NAMES:
+            self.flag(node, DENIED_NAMES[n])
+        elif n in self.modules | self.classes and isinstance(node.ctx, ast.Load) and id(node) not in self.receivers:
+            self.flag(node, f"{n} used as a value (a module or a learner's class: only its attributes, or a call)")
+        elif n in GUARDED and id(node) not in self.ok:
+            self.flag(node, f"{n}: {GUARDED[n]}")
+        elif n == "self" and not isinstance(node.ctx, ast.Load):
+            self.flag(node, "rebinds self (attributes are assigned only on a method's own self)")
+        self._bound(node, n)
 
     def visit_Attribute(self, node):
-        name = node.attr
-        if name.startswith("__") and name.endswith("__") and name not in ALLOWED_DUNDERS:
-            self.flag(node, f"dunder attribute .{name} (reaches an object's internals)")
-        elif name.startswith("_") and not name.startswith("__"):
-            self.flag(node, f"private attribute .{name}")
-        elif name in ATTRS:
-            self.flag(node, f"attribute .{name} (reaches the interpreter, the shell or the machine)")
-        if isinstance(node.ctx, (ast.Store, ast.Del)) and not (
-                isinstance(node.value, ast.Name) and node.value.id == "self"):
-            self.flag(node, f"{'assigns' if isinstance(node.ctx, ast.Store) else 'deletes'} attribute "
-                      f"{ast.unparse(node)} (changes a module, class or shared object)")
+        self.receivers.add(id(node.value))
+        if node.attr.startswith("assert_"):
+            self.ok.add(id(node.value))
+        self._reach(node, node.value, node.attr, f".{node.attr}")
+        if node.attr in FORMATS and id(node) not in self.ok:
+            self._format(node, node.value)
+        if not isinstance(node.ctx, ast.Load) and (getattr(node.value, "id", "") != "self" or self.defs[-1:] != [1]):
+            verb = "assigns" if isinstance(node.ctx, ast.Store) else "deletes"
+            self.flag(node, f"{verb} attribute {ast.unparse(node)} (attribute assignment outside a method's self)")
         self.generic_visit(node)
+
+    def _format(self, node, template):
+        if not _str(template):
+            return self.flag(node, "format with a computed template (a format string reads attributes)")
+        fields = re.findall(r"\{((?:[^{}:!\[]|\[[^\]]*\])*)", template.value)  # those nested in format specs too
+        for key in (k for field in fields for _, k in re.findall(r"(\.|\[)([^.\[\]]*)", field)):
+            if name_problem(key):
+                self.flag(node, f"format string reads {key}: {name_problem(key)}")
+
+    def visit_Constant(self, node):  # a string that names what rules 2-5 forbid is a name waiting to be used
+        s, parts = node.value, str(node.value).split(".")
+        bad = next((p for p in parts if name_problem(p)), None) if all(p.isidentifier() for p in parts) else None
+        if isinstance(s, str) and id(node) not in self.skip and (bad or "module://" in s):
+            self.flag(node, f"string {s!r} names {bad}: {name_problem(bad)}" if bad else f"string {s!r}: an import")
+
+    def visit_MatchClass(self, node):  # `case C(attr=...)` reads attributes by name
+        self.receivers.add(id(node.cls))
+        for name in node.kwd_attrs:
+            self._reach(node, None, name, f"match pattern reads .{name}")
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node):  # rule 6: `self.x = ...` only in a method whose first parameter is self
+        self.ok |= {id(f) for f in node.body if isinstance(f, FUNCS) and f.args.args and f.args.args[0].arg == "self"}
+        self.receivers |= {id(base) for base in node.bases}  # a learner's class may be subclassed
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        if _dunder(getattr(node, "name", "")) and node.name not in ALLOWED_DEFS:
+            self.flag(node, f"defines {node.name} (a class may define only {', '.join(sorted(ALLOWED_DEFS))})")
+        self.defs.append(int(id(node) in self.ok))
+        self.generic_visit(node)
+        self.defs.pop()
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
 
     def visit_Call(self, node):
-        # getattr/hasattr with a computed or dunder name: attribute access the scan cannot read
-        if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2:
-            attr = node.args[1]
-            if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)) or (
-                    attr.value.startswith("_") or attr.value in ATTRS):
-                self.flag(node, f"{node.func.id} with a computed or private attribute name")
+        f, args, callee = node.func, node.args, getattr(node.func, "attr", getattr(node.func, "id", ""))
+        self.receivers |= {id(f), *(map(id, args) if callee in ("isinstance", "issubclass", "super") else ())}
+        if self._magic(node):
+            return
+        if isinstance(f, ast.Name) and f.id in REFLECTIVE:
+            name = args[1] if len(args) >= 2 else None
+            if node.keywords or len(args) > 3 or any(isinstance(a, ast.Starred) for a in args) or not _str(name):
+                self.flag(node, f"reflective access: {f.id} with a computed name")
+            else:
+                self.skip.add(id(name))
+                self._reach(node, args[0], name.value, f"reflective access: {f.id}(..., {name.value!r})")
+            self.receivers.add(id(args[0]) if args else None)
+            return [self.visit(child) for child in [*args, *node.keywords]] and None
+        if getattr(f, "id", "") == "type" and len(args) != 1 or getattr(getattr(f, "func", None), "id", "") == "type":
+            self.flag(node, "type() with three arguments or type(...)(...) (reflective: builds or calls a class)")
+        if callee == "wraps" and len(args) == 1 and not node.keywords:
+            self.ok.add(id(f))  # functools.wraps(f); any other use of wraps is flagged (GUARDED)
+        if isinstance(f, ast.Attribute) and f.attr in FORMATS and getattr(f.value, "id", "") == "str":
+            self.ok.add(id(f))
+            self._format(node, args[0] if args else None)
+        for k in node.keywords:
+            if k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False):
+                self.flag(k.value, "allow_pickle: a loader that runs code (a pickle runs code)")
+            self._bound(k.value, k.arg)
         self.generic_visit(node)
 
-    def visit_Global(self, node):
-        self.generic_visit(node)
+    def _magic(self, node) -> bool:  # %timeit, %%timeit, %time: get_ipython().run_line_magic('timeit', CODE)...
+        f, args = node.func, node.args
+        shell = getattr(f, "value", None)
+        if not (getattr(f, "attr", "") in ("run_line_magic", "run_cell_magic") and isinstance(shell, ast.Call)
+                and getattr(shell.func, "id", "") == "get_ipython" and not (shell.args or shell.keywords)
+                and not node.keywords and len(args) == (2 if f.attr == "run_line_magic" else 3) and all(map(_str, args))
+                and args[0].value in MAGICS):
+            return False
+        for i, arg in enumerate(args[1:]):
+            code = arg.value[MAGIC_OPTIONS.match(arg.value).end():] if i == 0 else arg.value
+            if _parse(code) is None:
+                self.flag(node, f"%{args[0].value} with code the scan cannot read")
+            for _, reason in scan_source(code, self.context):
+                self.flag(node, f"%{args[0].value}: {reason}")
+        return True
 
 
-def scan_source(source: str) -> list:
-    """[(line, reason)] for one cell's source ([] when it does not parse: the
-    kernel then raises the SyntaxError itself, and runs nothing of the cell)."""
+@functools.cache
+def _magic_words() -> frozenset:  # a grading kernel's line magics and aliases: what automagic calls by name
+    from IPython.core import magics
+    from IPython.core.alias import default_aliases
+    found = {w for n in dir(magics) for w in getattr(getattr(magics, n), "magics", {}).get("line", ())}
+    return frozenset(found | {a for a, _ in default_aliases()} | set("autosave clear connect_info edit less man more "
+                                                                     "qtconsole subshell store".split()))  # ipykernel's
+
+
+def _parse(source: str):
+    """The cell as the kernel runs it (for one line, automagic too: `system id` is %system, `timeit(f)` %timeit)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    from IPython.core.splitinput import LineInfo
     try:
-        tree = ast.parse(_transform(source))
+        cell = TransformerManager().transform_cell(source)
+        info = LineInfo(cell.strip())
+        if len(cell.splitlines()) == 1 and info.ifun in _magic_words() and info.the_rest[:1] not in ("=", ","):
+            cell = f"get_ipython().run_line_magic({info.ifun!r}, {info.the_rest!r})\n"
+        return ast.parse(cell)
     except (SyntaxError, ValueError):
+        return None
+
+
+def scan_source(source: str, context=None) -> list:
+    """[(line, reason)] for a cell ([] if it does not parse: the kernel raises the SyntaxError, runs none of it)."""
+    tree = _parse(source)
+    if tree is None:
         return []
-    v = _Visitor()
+    v = _Visitor(context or _context([tree]))
     v.visit(tree)
     return sorted(set(v.found))
 
 
 def trusted_ids(release_nb) -> set:
     """grade_ids whose source nbgrader restores from the release (locked and grade cells)."""
-    ids = set()
-    for cell in (release_nb.cells if release_nb is not None else []):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("grade_id") and (meta.get("locked") or meta.get("grade")) and not meta.get("solution"):
-            ids.add(meta["grade_id"])
-    return ids
+    metas = [c.get("metadata", {}).get("nbgrader", {}) for c in (release_nb.cells if release_nb is not None else [])]
+    return {m["grade_id"] for m in metas
+            if m.get("grade_id") and (m.get("locked") or m.get("grade")) and not m.get("solution")}
 
 
 def _text(cell) -> str:
@@ -155,24 +281,19 @@ def _text(cell) -> str:
 
 
 def scan_notebook(nb, name: str, release_nb=None) -> list:
-    """Flags for every learner-controlled code cell of `nb`: a cell whose
-    source is exactly one of the release's code cells (the lessons' own
-    teaching code, left as handed out) is the course's code, not the learner's."""
-    trusted, flags = trusted_ids(release_nb), []
-    released = {_text(c).strip() for c in (release_nb.cells if release_nb is not None else [])
-                if c.get("cell_type") == "code"}
-    seen = set()
-    for i, cell in enumerate(nb.cells):
-        if cell.get("cell_type") != "code":
-            continue
+    """Flags for every learner-controlled code cell of `nb`: a cell whose source is exactly one of the
+    release's code cells (the lessons' own teaching code, left as handed out) is the course's code."""
+    trusted, flags, seen = trusted_ids(release_nb), [], set()
+    release = [c for c in (release_nb.cells if release_nb is not None else []) if c.get("cell_type") == "code"]
+    released = {_text(c).strip() for c in release}
+    context = _context([t for c in [*nb.cells, *release] if c.get("cell_type") == "code" and (t := _parse(_text(c)))])
+    for i, cell in ((i, c) for i, c in enumerate(nb.cells) if c.get("cell_type") == "code"):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         gid = meta.get("grade_id")
         if gid in trusted and gid not in seen and (meta.get("locked") or meta.get("grade")):
             seen.add(gid)  # nbgrader puts the release's source back into this one
             continue
-        source = _text(cell)
-        if source.strip() in released:
-            continue
-        for line, reason in scan_source(source):
-            flags.append(Flag(name, gid or cell.get("id") or f"cell {i + 1}", line, reason))
+        if _text(cell).strip() not in released:
+            flags += [Flag(name, gid or cell.get("id") or f"cell {i + 1}", line, reason)
+                      for line, reason in scan_source(_text(cell), context)]
     return flags
