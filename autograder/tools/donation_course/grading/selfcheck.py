@@ -35,6 +35,7 @@ ME = "me"  # the private course's one student
 DIR_ENV = "DONATION_LAB_CHECK_DIR"
 MARKER = ".donation-lab-check"  # in the private course: ours to rewrite
 MARKS = ("\u2714", "\u2718")
+GRADER_FAILED = "the grader itself failed"  # how worker.serve's reason starts
 
 
 def parser() -> argparse.ArgumentParser:
@@ -191,6 +192,8 @@ def report(check: SelfCheck, skipped: dict, seconds: float) -> None:
             print(check_line(g))
     for reason in (result.reasons if result else ["no result came back from the grader"]):
         print(f"  ! {reason}")
+    if result and result.log:
+        print(f"  ! the grader's log: {check.out / 'logs' / 'students' / f'{ME}.log'}")
     if len(check.chosen) > 1:
         print(f"total: {total:g} of {sum(max_scores[nb] for nb in check.chosen):g} "
               f"(the {len(check.chosen)} notebooks checked)")
@@ -214,6 +217,7 @@ def main(argv: list[str]) -> int:
     course = sync_course(private_folder(args.dir))
     settings = GradingSettings(config=course.config)
     settings.progress, settings.workers = False, 1
+    settings.out = str(course.root / ".grading")  # never where the course's config sends the class's reports
     settings.sandbox = not args.no_sandbox
     if args.timeout is not None:
         settings.timeout = args.timeout
@@ -241,4 +245,6 @@ def main(argv: list[str]) -> int:
         check.out.mkdir(parents=True, exist_ok=True)
         check.grade()
     report(check, skipped, time.monotonic() - start)
-    return 0
+    # Whatever the score, 0; 1 only when the grader itself failed (a worker's own exception: worker.serve).
+    failed = check.result is None or any(r.startswith(GRADER_FAILED) for r in check.result.reasons)
+    return 1 if failed else 0
