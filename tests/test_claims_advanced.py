@@ -70,6 +70,29 @@ def test_two_leaves_sharing_one_array_fail_with_double_donation_and_nothing_is_d
     assert not shared.is_deleted()
 
 
+def test_tied_leaves_with_one_output_that_could_take_them_fail_with_use_after_donation():
+    # Lesson 4 (l4-shared-one): one output of the leaves' type: the first leaf is
+    # donated, the second warned about and passed as an ordinary input, which the
+    # runtime refuses; with an output per leaf (apply_grads) both are donated and
+    # the runtime refuses the double donation. Neither deletes anything.
+    shared = jnp.zeros(3)
+    sum_leaves = jax.jit(lambda params: params["w"] + params["b"], donate_argnums=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(jax.errors.JaxRuntimeError) as info:
+            sum_leaves({"w": shared, "b": shared})
+    assert str(info.value).startswith("INVALID_ARGUMENT: Attempt to use a buffer that was previously donated "
+                                      "in the same call to Execute() (flattened argument 1,")
+    assert [str(w.message).splitlines()[0] for w in caught] == ["Some donated buffers were not usable: float32[3]."]
+    assert not shared.is_deleted()
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Attempt to donate the same buffer twice"):
+        sgd_update({"w": shared, "b": shared}, {"w": jnp.ones(3), "b": jnp.ones(3)})
+    assert not shared.is_deleted()
+    untied = {"w": shared, "b": shared.copy()}
+    sum_leaves(untied)
+    assert deleted_tree(untied) == {"w": False, "b": True}   # one output: the first leaf in flattened order
+
+
 def test_copying_the_leaves_repairs_double_donation():
     shared = jnp.zeros(3)
     untied = jax.tree.map(lambda a: a.copy(), {"w": shared, "b": shared})
@@ -117,6 +140,18 @@ def test_the_non_donating_program_is_cached_until_clear_cache():
     x = jnp.ones(4)
     f(x)
     assert x.is_deleted()
+
+
+def test_only_the_shapes_compiled_under_debug_nans_stay_non_donating():
+    # Lesson 5 (l5-newshape): the non-donating program belongs to its signature; a
+    # shape compiled after the mode is off donates, the debug-mode shape does not.
+    f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
+    with jax.debug_nans(True):
+        f(jnp.ones(4))
+    x5, x4 = jnp.ones(5), jnp.ones(4)
+    f(x5)
+    f(x4)
+    assert x5.is_deleted() and not x4.is_deleted()
 
 
 def test_jax_clear_caches_also_restores_donation():
@@ -234,11 +269,50 @@ SHARDING_SCRIPT = textwrap.dedent("""
         warnings.simplefilter("always")
         from jax.experimental.pjit import pjit
     res["pjit_warnings"] = [[w.category.__name__, str(w.message)] for w in caught]
+    import jax.experimental.pjit as pjit_module
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pjit_module.pjit
+    res["pjit_second_access"] = [str(w.message) for w in caught]
     pf = pjit(lambda v: v + 1.0, in_shardings=split, out_shardings=split, donate_argnums=0)
     a = jax.device_put(jnp.arange(16.0), split)
     out = pf(a)
     res["pjit"] = {"deleted": a.is_deleted(), "same_type_as_jit": type(pf) is type(f),
                    "is_jax_jit": pjit is jax.jit}
+
+    # an Auto mesh and no out_shardings: the compiler picks the output layout, JAX never warns
+    res["auto"] = {}
+    for name, fn, options in (
+            ("sort", lambda v: jnp.sort(v), {}),
+            ("sort_out_replicated", lambda v: jnp.sort(v), dict(out_shardings=arep)),
+            ("sort_out_split", lambda v: jnp.sort(v), dict(out_shardings=asplit)),
+            ("matmul", lambda v: jnp.ones((16, 16)) @ v, {}),
+            ("sum", lambda v: v.sum(), {}),
+            ("elementwise", lambda v: 2.0 * v, {})):
+        k = jax.jit(fn, donate_argnums=0, **options)
+        a = jax.device_put(jnp.arange(16.0)[::-1], asplit)
+        out, w = call(k, a)
+        alias = k.lower(jax.device_put(jnp.arange(16.0), asplit)).compile().memory_analysis().alias_size_in_bytes
+        res["auto"][name] = {"deleted": a.is_deleted(), "warnings": [m.splitlines()[0] for m in w],
+                             "spec": str(out.sharding.spec), "alias": alias}
+    m = jax.jit(lambda v: jnp.ones((16, 16)) @ v, donate_argnums=0)
+    a = jax.device_put(jnp.arange(16.0), split)
+    out, w = call(m, a)
+    res["explicit_matmul"] = {"deleted": a.is_deleted(), "warnings": [x.splitlines()[0] for x in w]}
+
+    # pmap: a plain array is copied to the devices, not donated; a split one is donated
+    p_add = jax.pmap(lambda s, d: s + d, donate_argnums=0)
+    res["pmap"] = {}
+    for name, state in (("plain", jnp.ones((8, 4))), ("auto_split", jax.device_put(jnp.ones((8, 4)), asplit))):
+        out, w = call(lambda s: p_add(s, jnp.ones((8, 4))), state)
+        res["pmap"][name] = {"deleted": state.is_deleted(), "warnings": w}
+    p_add(out, jnp.ones((8, 4)))
+    res["pmap"]["own_output"] = {"deleted": out.is_deleted()}
+    try:
+        p_add(jax.device_put(jnp.ones((8, 4)), split), jnp.ones((8, 4)))
+        res["pmap_explicit_split"] = "ran"
+    except KeyError as err:
+        res["pmap_explicit_split"] = repr(err)
     print("RESULT" + json.dumps(res))
 """)
 
@@ -286,9 +360,38 @@ def test_constraining_to_the_input_sharding_repairs_the_silent_miss(sharding_fac
 
 
 def test_pjit_is_deprecated_and_builds_the_same_kind_of_function_as_jit(sharding_facts):
+    # Lesson 6 (l6-pjit): the first access in a process warns, a second one does not.
     assert sharding_facts["pjit_warnings"] == [
         ["DeprecationWarning", "jax.experimental.pjit.pjit has been deprecated. Please use `jax.jit` instead."]]
+    assert sharding_facts["pjit_second_access"] == []
     assert sharding_facts["pjit"] == {"deleted": True, "same_type_as_jit": True, "is_jax_jit": False}
+
+
+def test_auto_mesh_without_out_shardings_misses_donation_silently_when_the_output_is_replicated(sharding_facts):
+    # Lesson 6 (l6-auto): no out_shardings on an Auto mesh: a replicated output
+    # (sort, a matmul, a sum) is never warned about; an output the compiler keeps
+    # split is donated. With out_shardings JAX checks again: replicated warns, split donates.
+    auto = sharding_facts["auto"]
+    for name in ("sort", "matmul", "sum"):
+        assert auto[name]["deleted"] is False and auto[name]["warnings"] == [], name
+        assert auto[name]["alias"] == 0, name
+    assert auto["sort"]["spec"] == "P()"
+    assert auto["elementwise"] == {"deleted": True, "warnings": [], "spec": "P('x',)", "alias": 8}
+    assert auto["sort_out_replicated"]["deleted"] is False
+    assert auto["sort_out_replicated"]["warnings"] == ["Some donated buffers were not usable: float32[2]."]
+    assert auto["sort_out_split"] == {"deleted": True, "warnings": [], "spec": "P('x',)", "alias": 8}
+    # The same matmul on an Explicit mesh, whose output layout JAX knows at lowering, warns.
+    assert sharding_facts["explicit_matmul"] == {
+        "deleted": False, "warnings": ["Some donated buffers were not usable: float32[2]."]}
+
+
+def test_pmap_copies_a_plain_array_silently_and_donates_a_split_one(sharding_facts):
+    # Lesson 6 (l6-pmap): 8 devices, donate_argnums=0, the array passed by position.
+    pmap = sharding_facts["pmap"]
+    assert pmap["plain"] == {"deleted": False, "warnings": []}
+    assert pmap["auto_split"] == {"deleted": True, "warnings": []}
+    assert pmap["own_output"] == {"deleted": True}
+    assert sharding_facts["pmap_explicit_split"] == "KeyError('x')"
 
 
 def test_shard_layout_helpers_describe_and_grid(sharding_facts):

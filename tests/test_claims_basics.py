@@ -60,6 +60,18 @@ def test_cpu_memory_stats_is_none():
     assert jax.devices()[0].platform == "cpu" and jax.devices()[0].memory_stats() is None
 
 
+def test_lowering_and_compiling_real_arrays_donates_nothing_the_call_does():
+    # Lesson 1 (l1-lower): lower(x, g).compile() with arrays, not shapes, leaves x alive;
+    # calling the compiled function deletes it and puts the result in its buffer.
+    x, g = jnp.ones(1000), jnp.full(1000, 0.5)
+    pointer = x.unsafe_buffer_pointer()
+    compiled = jax.jit(fresh_add(), donate_argnums=0).lower(x, g).compile()
+    assert compiled.memory_analysis().alias_size_in_bytes == 4000
+    assert not x.is_deleted()
+    out = compiled(x, g)
+    assert x.is_deleted() and out.unsafe_buffer_pointer() == pointer
+
+
 # ---- lesson 02 -----------------------------------------------------------
 
 def test_donated_input_is_deleted_and_output_reuses_its_buffer():
@@ -88,6 +100,71 @@ def test_reading_a_donated_array_raises(read):
         READS[read](s)
     assert str(info.value) == "Array has been deleted with shape=float32[4]."
     assert type(info.value) is RuntimeError
+
+
+def test_read_error_type_follows_the_first_call_of_each_signature(capfd):
+    """Lesson 2 (l2-read3) and 3 (l3-ref3): a jitted operation whose first call
+    with a signature succeeded raises ValueError on a deleted input (its C++
+    fast path); one whose first call got the deleted array raises RuntimeError,
+    and keeps doing so after live calls, until its cache is cleared. Reads that
+    are not jitted calls always raise RuntimeError. Shapes used nowhere else, so
+    no other test has made these signatures first."""
+    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+    gone = jnp.ones(29)
+    donate(gone)
+    jnp.ones(29) * 3                                   # `* int` on float32[29]: first call live
+    with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
+        gone * 7                                       # another int, same signature
+    assert not isinstance(info.value, RuntimeError)
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[29\]\."):
+        gone * 7.0                                     # a float: another signature, first call now
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted"):
+        gone - 3                                       # `- int` on float32[29]: first call deleted
+    jnp.ones(29) - 3                                   # ... then live
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted") as info:
+        gone - 3                                       # still the Python path
+    assert type(info.value) is RuntimeError
+
+    total = jax.jit(lambda a: a.sum())
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted"):
+        total(gone)
+    total(jnp.ones(29))
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted"):
+        total(gone)
+    total.clear_cache()                                # a cleared cache starts over
+    total(jnp.ones(29))
+    with pytest.raises(ValueError, match="Buffer has been deleted or donated"):
+        total(gone)
+    for read in (np.asarray, str, jax.device_get):
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted") as info:
+            read(gone)
+        assert type(info.value) is RuntimeError
+    capfd.readouterr()                                 # XLA's E-lines for the fast-path failures
+
+
+def aligned_ones(n, alignment=64, offset_bytes=0):
+    raw = np.empty(n + 2 * alignment // 4, dtype=np.float32)
+    start = (-raw.ctypes.data % alignment + offset_bytes) // 4
+    host = raw[start:start + n]
+    host[:] = 1.0
+    return host
+
+
+@pytest.mark.parametrize("offset_bytes,make,shares", [(0, jax.device_put, True), (16, jax.device_put, False),
+                                                       (4, jax.device_put, False), (0, jnp.array, False)],
+                         ids=["aligned-device_put", "16-off-device_put", "4-off-device_put", "aligned-jnp.array"])
+def test_deleted_is_not_reused_when_device_put_shares_aligned_numpy_memory(offset_bytes, make, shares):
+    # Lesson 2 (l2-aligned): device_put of 64-byte aligned NumPy data uses that memory;
+    # donating it deletes the array, but the output goes to a new buffer.
+    host = aligned_ones(1000, offset_bytes=offset_bytes)
+    arr = make(host)
+    before = arr.unsafe_buffer_pointer()
+    assert (before == host.ctypes.data) is shares
+    out, caught = call_recording_warnings(jax.jit(fresh_add(), donate_argnums=0), arr, jnp.ones(1000))
+    assert arr.is_deleted() and caught == []
+    assert (out.unsafe_buffer_pointer() == before) is (not shares)
+    np.testing.assert_array_equal(out, 2.0)
+    assert (host == 1.0).all()
 
 
 def test_shape_and_dtype_still_readable():
@@ -204,6 +281,75 @@ def test_pass_two_same_element_count_no_warning():
     out, caught = call_recording_warnings(
         jax.jit(lambda s, d: s.astype(jnp.float32) + d, donate_argnums=0), state, jnp.ones(4))
     assert caught == [] and state.is_deleted() and out.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("target,reused", [(jnp.int8, False), (jnp.float16, False), (jnp.int32, True),
+                                           (jnp.float32, True)])
+def test_an_output_reuses_a_donated_buffer_only_at_the_same_byte_size(target, reused):
+    # Lesson 3 (l3-unusable, l3-bytes): a float32[64] is not reused for an int8[64] or
+    # float16[64] result although it would fit, and nothing warns; same bytes, reused.
+    x = jnp.ones(64, jnp.float32)
+    f = jax.jit(lambda c: c.astype(target) * 2, donate_argnums=0)
+    alias = f.lower(jax.ShapeDtypeStruct((64,), jnp.float32)).compile().memory_analysis().alias_size_in_bytes
+    pointer = x.unsafe_buffer_pointer()
+    out, caught = call_recording_warnings(f, x)
+    assert caught == [] and x.is_deleted() is reused
+    assert alias == (256 if reused else 0)
+    if reused:
+        assert out.unsafe_buffer_pointer() == pointer
+
+
+def test_an_output_with_fewer_elements_warns_one_with_as_many_does_not():
+    # Lesson 3 (l3-fewer against l3-bytes): the warning needs no output with the
+    # input's shape and dtype nor its element count.
+    x = jnp.ones(64)
+    _, caught = call_recording_warnings(jax.jit(lambda c: c[:32] * 2, donate_argnums=0), x)
+    assert caught == [f"{NOT_USABLE}: float32[64].\n{FAQ}"] and not x.is_deleted()
+    x = jnp.ones(64)
+    _, caught = call_recording_warnings(jax.jit(lambda c: c.astype(jnp.int8), donate_argnums=0), x)
+    assert caught == [] and not x.is_deleted()
+
+
+def test_a_live_numpy_view_blocks_donation_silently():
+    # Lesson 3 (l3-view), jax #26216: on CPU np.asarray(x) reads x's buffer; while it
+    # lives, x is not deleted and nothing warns. Without it (or with a copy), x is donated.
+    step = jax.jit(fresh_add(), donate_argnums=0)
+    x = jnp.ones(4)
+    view = np.asarray(x)
+    assert view.ctypes.data == x.unsafe_buffer_pointer()
+    out, caught = call_recording_warnings(step, x, jnp.ones(4))
+    assert caught == [] and not x.is_deleted() and out.unsafe_buffer_pointer() != x.unsafe_buffer_pointer()
+    del view
+    _, caught = call_recording_warnings(step, x, jnp.ones(4))
+    assert caught == [] and x.is_deleted()
+    y = jnp.ones(4)
+    copy = np.array(y)
+    step(y, jnp.ones(4))
+    assert y.is_deleted() and (copy == 1.0).all()
+
+
+def test_a_donating_jit_under_vmap_checkpoint_and_grad_still_deletes_the_input():
+    # Lesson 3 (l3-transforms): outside any jit these transformations call the
+    # donating function for real; grad then fails when its backward pass reads the
+    # deleted input (p * p), not when it does not (2 * p). Under an outer jit: ignored.
+    twice = jax.jit(lambda p: 2.0 * p, donate_argnums=0)
+    square = jax.jit(lambda p: p * p, donate_argnums=0)
+    p = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(jax.vmap(square)(p), [[1.0, 4.0], [9.0, 16.0]])
+    assert p.is_deleted()
+    p = jnp.array([1.0, 2.0])
+    np.testing.assert_array_equal(jax.checkpoint(square)(p), [1.0, 4.0])
+    assert p.is_deleted()
+    p = jnp.array([1.0, 2.0])
+    np.testing.assert_array_equal(jax.grad(lambda q: twice(q).sum())(p), [2.0, 2.0])
+    assert p.is_deleted()
+    p = jnp.array([1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[2\]\."):
+        jax.grad(lambda q: square(q).sum())(p)
+    assert p.is_deleted()
+    p = jnp.array([1.0, 2.0])
+    np.testing.assert_array_equal(jax.jit(jax.grad(lambda q: square(q).sum()))(p), [2.0, 4.0])
+    assert not p.is_deleted()
 
 
 def test_same_array_twice_one_donated():
