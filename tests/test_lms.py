@@ -324,7 +324,22 @@ def test_corrupt_state_is_reported_in_one_line_and_rebuilt(tmp_path, env, genera
 
 # --- interrupted and re-run ----------------------------------------------------
 
-def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env, generated_course):
+def grader_processes(course) -> list:
+    """Processes still running for a grading run of `course` (the grader, its workers, their kernels)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        if str(course) in " ".join(p.info["cmdline"] or []) or str(course) in (p.info["cwd"] or ""):
+            found.append(p)
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "term", "hup"])
+def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env, generated_course, signum):
+    """Ctrl-C, SIGTERM (kill, a batch queue's limit) and SIGHUP (a closed
+    terminal, an SSH drop) all stop a run the same way: no process, lock or
+    temporary folder left behind, and the next run grades everyone once."""
     files = tmp_path / "corpus"
     corpus.build(files)
     export = tmp_path / "export"
@@ -355,9 +370,15 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
             break  # at least one student is in; others are being graded
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, (f"SIGINT in this test process: {signal.getsignal(signal.SIGINT)}", out, err)
+    assert proc.returncode == 128 + signum, (f"SIGINT in this test process: {signal.getsignal(signal.SIGINT)}",
+                                             out, err)
+    deadline = time.monotonic() + 10
+    while grader_processes(course) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert grader_processes(course) == [], "the stopped run left processes behind"
+    assert not (course / ".grading" / "lock").read_text().strip(), "the stopped run left its pid in the lock"
     partial = read_csv(course / ".grading" / "grades.csv")  # written after Ctrl-C too
     assert 1 <= len(partial) <= 6
     assert list(tmpdir.iterdir()) == [], "the interrupted run left temporary files"

@@ -1,10 +1,12 @@
 """The grading sandbox (bubblewrap), the static scan and the fixed kernel
 environment: what a grading kernel can reach, what the scan flags (and
 never flags), and that scores do not depend on the instructor's shell."""
+import json
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -94,7 +96,9 @@ def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not
 def run_in_sandbox(tmp_path, code, cache=None):
     """Start one grading kernel the way a worker does (kernelspec, ipc,
     scratch folder, the compile cache `cache` if given) with its working
-    folder in a course, run `code`, return (course, working folder, stdout)."""
+    folder in a course, run `code` (one cell's source, or a list of cells),
+    return (course, working folder, stdout: the outputs, then a line
+    'AUDIT <json>' with each kernel's audit records)."""
     script = tmp_path / "k.py"
     script.write_text(f"""
 import os, sys, tempfile
@@ -104,18 +108,28 @@ from donation_course.grading.settings import GradingSettings
 from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_student_dir, use_kernel_settings
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
-use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}))
+from donation_course.grading.scan import ALLOWED_MODULES
+use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}, (), sorted(ALLOWED_MODULES)))
 runtime = new_student_dir(Path(tmp) / "w0")
 km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
 km.ip = str(runtime / "kernel-ipc")
 km.start_kernel(cwd=sys.argv[1])
 kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
 out = []
-kc.execute_interactive(sys.argv[2], timeout=60,
-                       output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
+import json
+for cell in json.loads(sys.argv[2]):
+    kc.execute_interactive(
+        cell, timeout=60,
+        output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
 km.shutdown_kernel(now=True)
+from donation_course.grading.audit_log import read_records
+audit = []
+for log in sorted(runtime.parent.glob("audit-*.log")):
+    records, bad = read_records(log, bytes.fromhex(log.with_suffix(".key").read_text()))
+    audit.append({{"records": records, "bad": bad}})
 import shutil; shutil.rmtree(tmp)
 print("".join(out))
+print("AUDIT " + json.dumps(audit))
 """)
     course = make_course(tmp_path / "course")
     (course / "gradebook.db").write_text("secret grades")
@@ -125,10 +139,39 @@ print("".join(out))
     cwd = course / "autograded" / "alice" / "a"
     cwd.mkdir(parents=True)
     (cwd / "mine.txt").write_text("alice's file")
-    r = subprocess.run([sys.executable, str(script), str(cwd), code], capture_output=True, text=True,
+    cells = [code] if isinstance(code, str) else list(code)
+    r = subprocess.run([sys.executable, str(script), str(cwd), json.dumps(cells)], capture_output=True, text=True,
                        timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     return course, cwd, r.stdout
+
+
+@needs_bwrap
+def test_a_kernel_writing_1_5_gb_stops_at_the_disk_cap_in_its_folder_and_its_tmp(tmp_path):
+    """The working folder and /tmp are tmpfs of settings.disk_mb (256 MiB)
+    each: writing 1.5 GB in 64 MiB files stops with ENOSPC near the cap, in
+    the sandbox only; nothing of it reaches the grader's disk."""
+    code = """
+import errno, os
+chunk = b"x" * (64 << 20)
+for where in (".", "/tmp"):
+    written = 0
+    try:
+        for i in range(24):  # 1.5 GB
+            with open(os.path.join(where, f"fill-{i}"), "wb") as fh:
+                fh.write(chunk)
+            written += len(chunk)
+    except OSError as exc:
+        print(where, "stopped", errno.errorcode[exc.errno], written >> 20, "MiB")
+    else:
+        print(where, "NOT STOPPED", written >> 20, "MiB")
+"""
+    course, cwd, out = run_in_sandbox(tmp_path, code)
+    assert ". stopped ENOSPC" in out and "/tmp stopped ENOSPC" in out, out
+    for line in out.splitlines():
+        if "stopped" in line:
+            assert 128 <= int(line.split()[-2]) <= 256, out
+    assert not list(cwd.glob("fill-*")), "the kernel's writes reached the real working folder"
 
 
 @needs_bwrap
@@ -319,3 +362,145 @@ def test_feedback_strips_what_learner_code_printed_in_grade_cells_and_server_pat
     text = str(grade.outputs) + str(answer.outputs)
     for path in ("/work/course", "/srv/course", "/root/.venv"):
         assert path not in text, text
+
+
+# --- the runtime audit (audit.py) ----------------------------------------------------
+
+END = "# the grader's audit: end of notebook\npass"
+
+
+def audit_of(out: str) -> list:
+    return json.loads(out.rsplit("AUDIT ", 1)[1])
+
+
+def events(out: str) -> list:
+    return [r["what"] for kernel in audit_of(out) for r in kernel["records"] if r["kind"] == "event"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("family, code, seen", [
+    ("exec", "exec('x = 1')", "exec of code built at run time"),
+    ("eval via alias", "e = eval\ne('1 + 1')", "exec of code built at run time"),
+    ("compile", "c = compile('1', 'f', 'eval')", "compile of code built at run time"),
+    ("pickle", "import pickle\npickle.loads(pickle.dumps(print))", "pickle.find_class"),
+    ("numpy pickle", "import numpy as np, io\nb = io.BytesIO()\nnp.save(b, np.array([print], dtype=object), "
+     "allow_pickle=True)\nb.seek(0)\nnp.load(b, allow_pickle=True)", "pickle.find_class"),
+    ("frames", "import sys\nsys._getframe()", "sys._getframe"),
+    ("code objects", "f = lambda: 1\nf.__code__", "object.__getattr__"),
+    ("gc", "import gc\ngc.get_objects()", "gc.get_objects"),
+    ("tracing", "import sys\nsys.settrace(None)", "sys.settrace"),
+    ("subprocess", "import subprocess\nsubprocess.run(['true'])", "subprocess.Popen"),
+    ("shell", "import os\nos.system('true')", "os.system"),
+    ("dangerous import", "import pty", "imports pty"),
+    ("import outside the allowlist", "import xml.dom", "imports xml.dom"),
+    ("ctypes", "import ctypes\nctypes.string_at(id(1), 8)", "ctypes.string_at"),
+    ("outside writes", "open('/tmp/../etc/x', 'w')", "writes /etc/x"),
+    ("proc fds", "open('/proc/self/fd/1')", "opens /proc/self/fd/1"),
+])
+def test_the_audit_records_what_learner_code_does_at_run_time(tmp_path, family, code, seen):
+    course, cwd, out = run_in_sandbox(tmp_path, ["import jax", code, END])
+    assert any(seen in e for e in events(out)), (family, events(out), out[-2000:])
+    kernel = audit_of(out)[0]
+    assert kernel["bad"] == 0 and kernel["records"][0]["kind"] == "start"
+
+
+@needs_bwrap
+def test_the_audit_is_silent_on_honest_code_and_library_internals(tmp_path):
+    """dataclasses and namedtuple exec code, jax reads code objects, imports
+    open files, matplotlib writes its cache in /tmp: none of it is the learner's."""
+    honest = ["import functools, dataclasses, collections, warnings, typing\nimport jax, jax.numpy as jnp\n"
+              "import numpy as np",
+              "@dataclasses.dataclass\nclass State:\n    w: jax.Array\n    step: int = 0\n"
+              "P = collections.namedtuple('P', 'a b')",
+              "@functools.partial(jax.jit, donate_argnums=(0,))\ndef update(state, delta):\n    return state + delta\n"
+              "x = update(jnp.ones(3), jnp.ones(3))\nprint(np.asarray(x), jax.tree_util.tree_map(jnp.sum, {'a': x}))",
+              "with warnings.catch_warnings(record=True) as w:\n    warnings.simplefilter('always')\n"
+              "    y = jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))(jnp.ones(2), jnp.ones(2))",
+              "%timeit -n 3 -r 1 update(jnp.ones(3), jnp.ones(3))",
+              "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+              "open('result.txt', 'w').write('mine')",
+              END]
+    course, cwd, out = run_in_sandbox(tmp_path, honest)
+    assert events(out) == [], out[-3000:]
+    kinds = [r["kind"] for r in audit_of(out)[0]["records"]]
+    assert kinds[0] == "start" and "tamper" not in kinds and kinds.count("cell") == len(honest), kinds
+
+
+@needs_bwrap
+def test_replacing_a_hidden_check_or_checks_through_a_namespace_is_a_tamper_record(tmp_path):
+    """No audit event fires for a dict item assignment: the snapshot taken at
+    kernel start, compared before every cell, sees the replacement."""
+    attack = ("import jax.numpy as jnp\nimport donation_course.hidden.exercise as h\n"
+              "h.__dict__['check_values'] = lambda *a, **k: None\n")
+    course, cwd, out = run_in_sandbox(tmp_path, ["from donation_lab import checks", attack, END])
+    tampers = [r for r in audit_of(out)[0]["records"] if r["kind"] == "tamper"]
+    assert tampers and "donation_course.hidden.exercise.check_values" in tampers[0]["what"], out[-2000:]
+    rebind = ["from donation_lab import checks", "class Yes:\n    def __getattr__(self, name):\n"
+              "        return lambda *a, **k: None\nchecks = Yes()", END]
+    (tmp_path / "b").mkdir()
+    course, cwd, out = run_in_sandbox(tmp_path / "b", rebind)
+    tampers = [r for r in audit_of(out)[0]["records"] if r["kind"] == "tamper"]
+    assert tampers and "checks (the notebook's name" in tampers[0]["what"][0], out[-2000:]
+
+
+@needs_bwrap
+def test_lines_written_into_the_audit_channel_or_a_closed_channel_are_seen(tmp_path):
+    """The learner can write to the channel's fd, or close it: forged lines
+    fail their signature, and a closed channel misses the end record."""
+    from donation_course.grading.audit_log import kernel_flags
+
+    channel = "[fd for fd in range(3, 64) if os.path.exists(f'/proc/self/fd/{fd}') and " \
+              "os.readlink(f'/proc/self/fd/{fd}').endswith('.log')]"
+    forge = ["import os\nfor fd in " + channel + ":\n    os.write(fd, b'{\"kind\": \"cell\"}\\tabc\\n')", END]
+    course, cwd, out = run_in_sandbox(tmp_path, forge)
+    kernel = audit_of(out)[0]
+    assert kernel["bad"] >= 1, out[-2000:]
+    close = ["import os\nfor fd in " + channel + ":\n    os.close(fd)", END]
+    (tmp_path / "b").mkdir()
+    course, cwd, out = run_in_sandbox(tmp_path / "b", close)
+    kernel = audit_of(out)[0] if audit_of(out) else {"records": [], "bad": 0}
+    flags = kernel_flags(kernel["records"], kernel["bad"], "nb", {})
+    assert any("stopped before the notebook's end" in f.reason for f in flags), (flags, out[-2000:])
+
+
+# --- infrastructure: right or loud ---------------------------------------------------
+
+@needs_bwrap
+def test_an_environment_reached_through_a_symlink_grades_right(tmp_path, env, generated_course):
+    """bubblewrap binds resolved paths; the kernel is exec'd at the resolved
+    path too, so a venv reached through a symlink grades as the real one."""
+    link = tmp_path / "venv-link"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    course = generated_course(tmp_path / "course")
+    corpus.build(tmp_path / "all")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(tmp_path / "all" / f"partial_{EX}.ipynb", subs)
+    linked = dict(env, PATH=f"{link / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(link))
+    r = subprocess.run([str(link / "bin" / "python"), "-m", "donation_course.cli", "grade", str(subs),
+                        "--course", str(course), *GRADE_LIMITS], env=linked, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = read_grades(course / ".grading" / "grades.csv")["partial"]
+    assert float(row[EX]) == corpus.MAX and row["status"] == "ok", row
+
+
+@needs_bwrap
+def test_kernels_that_cannot_start_stop_the_run_loudly_and_record_nobody(tmp_path, env, generated_course):
+    """A sandbox that cannot start the kernel (here: a course setting that
+    leaves bubblewrap no memory to start in) is the grader's failure: one line,
+    exit 1, no student recorded, never a column of zeros."""
+    course = generated_course(tmp_path / "course")
+    with open(course / "nbgrader_config.py", "a") as fh:
+        fh.write("\nc.GradingSettings.memory_mb = 1  # not even bubblewrap starts in 1 MiB\n")
+    corpus.build(tmp_path / "all")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for student in ("partial", "nodonate", "lambda", "wrongvalue"):
+        shutil.copy(tmp_path / "all" / f"{student}_{EX}.ipynb", subs)
+    r = grade(env, subs, "--course", course, *GRADE_LIMITS, check=False)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("course: error:")]
+    assert r.returncode == 1 and len(errors) == 1 and "could not start" in errors[0], r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert read_grades(course / ".grading" / "grades.csv") == {}
+    assert gradebook_scores(course) == {}

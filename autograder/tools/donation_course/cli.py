@@ -47,16 +47,36 @@ def check(argv) -> int:
 COMMANDS = {"regenerate": regenerate, "grade": grade, "check": check}
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP (a closed terminal, an SSH drop, `kill`, a batch
+    queue's time limit): handled as Ctrl-C is, so that workers and kernels
+    end, temporary folders go and the lock is released."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, _frame):
+    raise Stopped(signum)
+
+
 def main(argv=None) -> int:
+    import signal
+
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         return fail(f"usage: donation-course {{{','.join(COMMANDS)}}} [options]", 2)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
     try:
         return COMMANDS[argv[0]](argv[1:])
     except CourseError as exc:
         return fail(str(exc))
     except KeyboardInterrupt:
         return 130
+    except Stopped as stop:
+        return 128 + stop.signum
 
 
 if __name__ == "__main__":

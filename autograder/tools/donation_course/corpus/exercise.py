@@ -64,6 +64,10 @@ CASES = {
     "loopafter":    (PARTIAL + "while True:\n    pass\n", 10, "ok", ""),
     "kernelexit":   ("import os\nos._exit(1)\n", 0, "flagged", "kernel died"),
     "kernelkill":   ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 0, "flagged", "kernel died"),
+    # 1.5 GB into the working folder (the scan flags tofile; the notebook still runs, sandboxed): stops at the
+    # disk cap (ENOSPC) and the class goes on
+    "diskfill":     (PARTIAL + "import numpy as np\nfor i in range(24):\n    np.ones(2**23).tofile(f'fill-{i}')\n",
+                     0, "flagged", "disk cap"),
     "memoryhog":    (PARTIAL + "import numpy as np\nhog = np.ones(2**31)\n", 10, "ok", ""),
     "tamperer":     (PARTIAL.replace("state + delta", "state * 0") +
                      "import numpy as np, builtins, jax.numpy as jnp\n"

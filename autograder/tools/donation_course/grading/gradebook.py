@@ -80,26 +80,25 @@ def one_transaction(gb) -> Iterator:
 
 
 def merge(gb, assignment: str, result: StudentResult, name: str = "") -> None:
-    """Write one student's result into the gradebook, in one transaction."""
-    from nbgrader.api import MissingEntry
-
+    """Write one student's automatic results into the gradebook, in one
+    transaction that reads the gradebook as it is now. What an instructor
+    recorded in formgrader (manual scores and comments, extra credit, a
+    notebook's flag) is theirs: it is kept, whenever it was entered. As
+    nbgrader's own autograde does, a cell with a manual score, or with no
+    automatic one, is marked for the instructor to look at again."""
     sid = result.student
     with one_transaction(gb):
         gb.update_or_create_student(sid, **({"last_name": name} if name else {}))
-        try:
-            gb.remove_submission(assignment, sid)
-        except MissingEntry:
-            pass
         ts = result.timestamp
-        gb.add_submission(assignment, sid, **({"timestamp": dt.datetime.fromisoformat(ts)} if ts else {}))
+        gb.update_or_create_submission(assignment, sid, **({"timestamp": dt.datetime.fromisoformat(ts)} if ts else {}))
         for nbname, nb in result.notebooks.items():
             for g in nb.grades:
                 grade = gb.find_grade(g.name, nbname, assignment, sid)
-                grade.auto_score, grade.manual_score = g.auto_score, g.manual_score
-                grade.needs_manual_grade = g.needs_manual_grade
+                grade.auto_score = g.auto_score
+                grade.needs_manual_grade = (g.needs_manual_grade or grade.manual_score is not None
+                                            or g.auto_score is None)
             for c in nb.comments:
-                comment = gb.find_comment(c.name, nbname, assignment, sid)
-                comment.auto_comment, comment.manual_comment = c.auto_comment, c.manual_comment
+                gb.find_comment(c.name, nbname, assignment, sid).auto_comment = c.auto_comment
             if nb.late_penalty is not None:
                 gb.find_submission_notebook(nbname, assignment, sid).late_submission_penalty = nb.late_penalty
 

@@ -2,12 +2,13 @@
 
 Outside the sandbox: reads its settings (settings.KernelSettings, one JSON
 value in DONATION_LAB_KERNEL) and the student's folder
-(DONATION_LAB_STUDENT_DIR: runtime/ and scratch/), caps the kernel's
-address space, file size and core files, builds the kernel's fixed
-environment (sandbox.fixed_env) and, when sandboxed, copies the working
-folder into the scratch folder and exec's bubblewrap (sandbox.py), which
-runs this module again with --inner. Inside: caps the process count and
-drops root for the sandbox uid, then exec's a normal ipykernel. A
+(DONATION_LAB_STUDENT_DIR: runtime/, and scratch/ for an unsandboxed
+kernel's home), caps the kernel's address space, file size and core files,
+builds the kernel's fixed environment (sandbox.fixed_env) and, when
+sandboxed, exec's bubblewrap (sandbox.py), which runs this module again
+with --inner. Inside: copies the working folder into its capped tmpfs, caps
+the process count and drops root for the sandbox uid, then exec's a normal
+ipykernel. A
 submission that allocates too much gets a MemoryError in its own cell
 instead of taking the machine (or the other workers) down.
 """
@@ -28,27 +29,52 @@ def _limits(settings: KernelSettings) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (settings.max_file_bytes, settings.max_file_bytes))
 
 
-def _kernel(python: str, argv: list) -> list:
-    return [python, "-m", "ipykernel_launcher", *argv]
+def _kernel(python: str, argv: list, audit: list) -> list:
+    """The kernel's command: ipykernel under the runtime audit (audit.py); -P keeps the working folder off sys.path."""
+    return [python, "-P", "-m", "donation_course.grading.audit", *audit, "--", *argv]
+
+
+def _audit_channel(settings: KernelSettings, student_dir: Path) -> list:
+    """Open this kernel's audit log (append-only, outside the sandbox) and a
+    one-time pipe with its configuration; both fds pass to the kernel.
+    Returns the audit arguments for the kernel's command."""
+    import secrets
+
+    key = secrets.token_bytes(32)
+    log = student_dir / f"audit-{os.getpid()}.log"
+    (student_dir / f"audit-{os.getpid()}.key").write_text(key.hex())
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    read, write = os.pipe()
+    config = json.dumps({"key": key.hex(), "trusted": list(settings.trusted_cells),
+                         "allowed": list(settings.allowed_modules)}).encode()
+    if len(config) > 60000:
+        raise RuntimeError("the audit configuration does not fit a pipe's buffer")
+    os.write(write, config)
+    os.close(write)
+    for kept in (fd, read):
+        os.set_inheritable(kept, True)
+    return ["--audit-fd", str(fd), "--config-fd", str(read)]
 
 
 def inner(argv: list) -> None:
     """In the sandbox, still root: cap processes, become the sandbox uid, start the kernel.
-    argv: --nproc N, then the kernel's own arguments."""
-    from .sandbox import SANDBOX_UID
+    argv: --nproc N, the audit arguments up to --, then the kernel's own arguments."""
+    from .sandbox import SANDBOX_UID, fill_working_folder
 
-    nproc, argv = int(argv[1]), argv[2:]
+    nproc, rest = int(argv[1]), argv[2:]
+    audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]
+    fill_working_folder(os.getcwd())
     if os.getuid() == 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-    os.execv(sys.executable, _kernel(sys.executable, argv))
+    os.execv(sys.executable, _kernel(sys.executable, argv, audit))
 
 
 def _connection(argv: list, runtime: Path) -> list:
     """Copy the connection file into the student's runtime folder (the only
-    folder besides the scratch one that the sandbox shares with the grader),
+    folder the sandbox shares with the grader),
     with the ipc socket path made absolute there. Returns argv pointing at the copy."""
     i = argv.index("-f") + 1
     info = json.loads(Path(argv[i]).read_text())
@@ -63,28 +89,28 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--inner"]:
         return inner(argv[1:])
-    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, prepare_scratch, unsandboxed_env, venv_python
+    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, unsandboxed_env, venv_python
 
     settings = KernelSettings.from_environment()
     student_dir = Path(os.environ[STUDENT_DIR_ENV])
-    runtime, scratch = student_dir / "runtime", student_dir / "scratch"
+    runtime, scratch = student_dir / "runtime", student_dir / "scratch"  # scratch: unsandboxed kernels only
     _limits(settings)
     cwd = os.getcwd()
     argv = _connection(argv, runtime)
+    audit = _audit_channel(settings, student_dir)
     cache = settings.compile_cache
     if not settings.sandbox:  # same environment, no sandbox: home, ipython and tmp files in the scratch folder
         scratch.mkdir(parents=True, exist_ok=True)
-        os.execve(sys.executable, _kernel(sys.executable, argv), unsandboxed_env(str(scratch), cache=cache))
-    prepare_scratch(cwd, scratch)
+        os.execve(sys.executable, _kernel(sys.executable, argv, audit), unsandboxed_env(str(scratch), cache=cache))
     if os.getuid() == 0:  # the kernel (the sandbox uid) reads its connection file, makes its sockets
         os.chown(runtime / "connection.json", SANDBOX_UID, SANDBOX_UID)
         os.chown(runtime, SANDBOX_UID, SANDBOX_UID)
-    cmd = bwrap_argv(cwd, str(scratch), str(runtime), extra_ro=[cache] if cache else [])
+    cmd = bwrap_argv(cwd, str(runtime), settings.disk_bytes, extra_ro=[cache] if cache else [])
     for key, value in fixed_env(home=cwd, cache=cache).items():
         cmd += ["--setenv", key, value]
     python = venv_python()
     cmd += ["--", python, "-m", "donation_course.grading.kernel", "--inner", "--nproc", str(settings.max_processes),
-            *argv]
+            *audit, "--", *argv]
     os.execvp("bwrap", cmd)
 
 

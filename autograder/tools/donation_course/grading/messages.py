@@ -7,6 +7,19 @@ from pathlib import Path
 CHECK_MARK = "\u2714"
 
 
+# What a learner's error means when a sandbox cap caused it (settings.py has the figures)
+CAPS = {"No space left on device": "the sandbox's disk cap (GradingSettings.disk_mb)",
+        "Not enough free space": "the sandbox's disk cap (GradingSettings.disk_mb)",  # numpy's tofile on a full disk
+        "File too large": "the sandbox's file-size cap (GradingSettings.max_file_mb)",
+        "MemoryError": "the kernel's memory cap (GradingSettings.memory_mb)",
+        "Resource temporarily unavailable": "the sandbox's process cap (GradingSettings.max_processes)"}
+
+
+def cap_hit(message: str) -> str:
+    """' (hit <cap>)' when `message` is an error a sandbox cap causes, else ''."""
+    return next((f" (hit {cap})" for text, cap in CAPS.items() if text in message), "")
+
+
 def diagnose(log: str, error: str) -> str:
     text = (log or "") + "\n" + (error or "")
     if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text.lower():

@@ -8,6 +8,7 @@ order they finish; the run merges each as it arrives.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import shutil
 import threading
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from ..course import CourseError
 from .result import StudentResult
+from .state import held_locks
 from .worker import WorkerJob, serve
 
 # A worker that dies before it is ready has met a problem of the grader, not
@@ -59,7 +61,8 @@ class LocalPool:
         job = replace(self.job, db=str(db), log=str(Path(self.job.log) / f"worker-{i}.log"),
                       tmp=str(Path(self.job.tmp) / f"w{i}"))
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=serve, args=(child, job), daemon=True)
+        inherited = (parent, *(slot.conn for slot in getattr(self, "slots", [])), *held_locks())
+        proc = self.ctx.Process(target=serve, args=(child, job, os.getpid(), inherited), daemon=True)
         proc.start()
         child.close()
         return Slot(i, proc, parent, log=job.log)

@@ -70,6 +70,7 @@ class StudentResult:
     timestamp: str | None = None   # nbgrader's submission time, ISO format
     log: str = ""                  # nbgrader's log when something failed: the instructor's only
     seconds: float = 0.0           # grading wall time
+    infrastructure: bool = False   # failed for a reason of the grader's, not the submission's
 
     @property
     def completed(self) -> bool:
@@ -83,9 +84,10 @@ class StudentResult:
         return cls(student, None, notebooks, list(reasons or []), timestamp)
 
     @classmethod
-    def failed(cls, student: str, reason: str, log: str = "",
-               notebooks: dict[str, NotebookResult] | None = None) -> StudentResult:
-        return cls(student, Status.ERROR, dict(notebooks or {}), [reason] if reason else [], log=log)
+    def failed(cls, student: str, reason: str, log: str = "", notebooks: dict[str, NotebookResult] | None = None,
+               infrastructure: bool = False) -> StudentResult:
+        return cls(student, Status.ERROR, dict(notebooks or {}), [reason] if reason else [], log=log,
+                   infrastructure=infrastructure)
 
     @classmethod
     def timed_out(cls, student: str, limit: int) -> StudentResult:

@@ -13,16 +13,17 @@ Each grading kernel runs as (kernel.py, outside) -> bwrap -> (kernel.py
   (gradebook.db, source/, release/, submitted/, autograded/, other
   students), not the instructor's home. The kernel's working folder (the
   student's autograded/<student>/<assignment>/, where nbgrader runs the
-  notebook) is a writable COPY in a per-submission scratch folder, bound at
-  the same path: writes land in the scratch folder, which the worker deletes
-  after the student. /tmp is private; /proc shows only the sandbox's
-  processes;
+  notebook) is a writable COPY on a size-capped tmpfs at the same path
+  (the original is bound read-only at SUBMISSION and copied in before the
+  kernel starts): writes stay in the sandbox and end with it. /tmp is a
+  private tmpfs with the same cap; /proc shows only the sandbox's processes;
 - the kernel and the grader talk over IPC (unix) sockets in a folder that
   only this kernel's sandbox sees (KernelManager.transport = "ipc");
-- caps: address space (RLIMIT_AS), processes (RLIMIT_NPROC: enforced because
-  the kernel runs as an unprivileged uid, not root), file size (RLIMIT_FSIZE),
-  no core files; time per cell and per submission (worker/pool); output size
-  (fastkernel.py).
+- caps (settings.GradingSettings holds every figure): address space
+  (RLIMIT_AS), processes (RLIMIT_NPROC: enforced because the kernel runs as
+  an unprivileged uid, not root), file size (RLIMIT_FSIZE), disk (the two
+  tmpfs sizes, which also bound the memory they take), no core files; time
+  per cell and per submission (worker/pool); output size (fastkernel.py).
 """
 import os
 import shutil
@@ -95,13 +96,18 @@ def unsandboxed_env(scratch: str, cache: str = "", writable: bool = False) -> di
     return env
 
 
-def bwrap_argv(cwd: str, scratch: str, runtime: str, extra_ro=()) -> list:
-    """bwrap's command line for a kernel whose working folder is `cwd` (seen
-    inside at the same path, backed by `scratch`) and whose connection file
-    and sockets are in `runtime`."""
+SUBMISSION = "/.submission"  # inside: the working folder as nbgrader made it, read-only
+
+
+def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=()) -> list:
+    """bwrap's command line for a kernel whose working folder is `cwd`, seen
+    inside at the same path as a tmpfs of `disk_bytes` (the launcher's inner
+    step copies the folder's files in from SUBMISSION), with /tmp another
+    tmpfs of that size, and whose connection file and sockets are in `runtime`."""
     argv = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "grader",
-            "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(disk_bytes), "--tmpfs", "/tmp",
             "--ro-bind", "/usr", "/usr"]
     for link in ("bin", "lib", "lib64", "sbin"):
         target = os.readlink(f"/{link}") if os.path.islink(f"/{link}") else None
@@ -121,7 +127,8 @@ def bwrap_argv(cwd: str, scratch: str, runtime: str, extra_ro=()) -> list:
                 argv += ["--perms", "0755", "--dir", str(parent)]
     for path in binds:
         argv += ["--ro-bind", path, path]
-    argv += ["--bind", scratch, cwd, "--bind", runtime, runtime, "--chdir", cwd, "--clearenv"]
+    argv += ["--ro-bind", cwd, SUBMISSION, "--size", str(disk_bytes), "--tmpfs", cwd,
+             "--bind", runtime, runtime, "--chdir", cwd, "--clearenv"]
     return argv
 
 
@@ -141,13 +148,15 @@ def probe() -> str:
     return ""
 
 
-def prepare_scratch(cwd: str, scratch: Path) -> None:
-    """Copy the kernel's working folder into its scratch folder, owned by the sandbox uid."""
-    shutil.copytree(cwd, scratch, dirs_exist_ok=True, symlinks=True)
+def fill_working_folder(cwd: str) -> None:
+    """Inside the sandbox, before the kernel starts: copy the submission's
+    working folder (read-only at SUBMISSION) into the capped tmpfs at `cwd`,
+    owned by the sandbox uid when the launcher runs as root."""
+    shutil.copytree(SUBMISSION, cwd, dirs_exist_ok=True, symlinks=True)
     if os.getuid() != 0:  # not root: the kernel keeps the grader's uid (no RLIMIT_NPROC then)
         return
-    for root, dirs, files in os.walk(scratch):
+    for root, dirs, files in os.walk(cwd):
         for name in [*dirs, *files]:
             os.lchown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID)
-    os.chown(scratch, SANDBOX_UID, SANDBOX_UID)
-    os.chmod(scratch, 0o700)
+    os.chown(cwd, SANDBOX_UID, SANDBOX_UID)
+    os.chmod(cwd, 0o700)

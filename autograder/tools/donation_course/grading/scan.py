@@ -9,6 +9,10 @@ import importlib.util
 import re
 from dataclasses import dataclass
 
+from nbgrader.utils import is_grade, is_locked
+
+from ..course import grade_id
+
 ALLOWED_MODULES = {"jax", "numpy", "functools", "math", "typing", "dataclasses", "collections", "itertools",
                    "warnings", "time", "matplotlib", "donation_lab", "__future__"}
 ALLOWED_DEFS = set("__init__ __post_init__ __call__ __repr__ __str__ __len__ __getitem__ __iter__ __next__ "
@@ -270,9 +274,7 @@ def scan_source(source: str, context=None) -> list:
 
 def trusted_ids(release_nb) -> set:
     """grade_ids whose source nbgrader restores from the release (locked and grade cells)."""
-    metas = [c.get("metadata", {}).get("nbgrader", {}) for c in (release_nb.cells if release_nb is not None else [])]
-    return {m["grade_id"] for m in metas
-            if m.get("grade_id") and (m.get("locked") or m.get("grade")) and not m.get("solution")}
+    return {grade_id(c) for c in (release_nb.cells if release_nb is not None else []) if is_locked(c)} - {None}
 
 
 def _text(cell) -> str:
@@ -288,9 +290,8 @@ def scan_notebook(nb, name: str, release_nb=None) -> list:
     released = {_text(c).strip() for c in release}
     context = _context([t for c in [*nb.cells, *release] if c.get("cell_type") == "code" and (t := _parse(_text(c)))])
     for i, cell in ((i, c) for i, c in enumerate(nb.cells) if c.get("cell_type") == "code"):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if gid in trusted and gid not in seen and (meta.get("locked") or meta.get("grade")):
+        gid = grade_id(cell)
+        if gid in trusted and gid not in seen and (is_locked(cell) or is_grade(cell)):
             seen.add(gid)  # nbgrader puts the release's source back into this one
             continue
         if _text(cell).strip() not in released:

@@ -78,14 +78,49 @@ def save_state(path: Path, state: State) -> None:
     write_atomic(path, state.to_json())
 
 
+_HELD: list[int] = []  # fds of the locks this process holds: its forked workers close them
+
+
+def held_locks() -> tuple[int, ...]:
+    return tuple(_HELD)
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextlib.contextmanager
-def run_lock(state_dir: Path) -> Iterator[None]:
-    """One `./course grade` per course at a time; the lock file is closed on every exit."""
+def run_lock(state_dir: Path, say: Callable[[str], None] = lambda _line: None) -> Iterator[None]:
+    """One `./course grade` (or check) per course at a time. The lock is the
+    kernel's (flock), so it ends with the processes that hold it; the file
+    records the holder's pid, to name it, or to say that a lock left by a
+    process no longer running was taken over."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / "lock", "w") as lock:
+    with open(state_dir / "lock", "a+") as lock:
+        lock.seek(0)
+        before = lock.read().strip()
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise CourseError(f"another ./course grade or check is running on {state_dir.parent}; "
+            holder = f" (pid {before})" if before.isdigit() else ""
+            raise CourseError(f"another ./course grade or check is running on {state_dir.parent}{holder}; "
                               "wait for it to finish") from None
-        yield
+        if before.isdigit() and int(before) != os.getpid() and not pid_running(int(before)):
+            say(f"note: took over the lock left by pid {before}, which is no longer running")
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        _HELD.append(lock.fileno())
+        try:
+            yield
+        finally:
+            _HELD.remove(lock.fileno())
+            lock.seek(0)
+            lock.truncate()

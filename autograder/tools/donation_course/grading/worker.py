@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course, load_config
+from .audit_log import read_audit
 from .messages import cell_messages, diagnose, died_at_startup
 from .result import CellGrade, Comment, NotebookResult, StudentResult
 from .settings import KERNEL_SETTINGS_ENV, STUDENT_DIR_ENV, KernelSettings
@@ -57,8 +59,8 @@ def use_kernel_settings(settings: KernelSettings) -> None:
 
 def new_student_dir(base: Path) -> Path:
     """A fresh folder for one student's kernels, named to the launcher: runtime/
-    (connection file, sockets: the only folder the sandbox shares besides
-    the scratch copy of the working folder, made at scratch/). Returns runtime/."""
+    (connection file, sockets: the only folder the sandbox shares with the
+    grader; an unsandboxed kernel's home goes in scratch/). Returns runtime/."""
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(mode=0o700, parents=True)
     runtime = base / "runtime"
@@ -87,8 +89,19 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     # source of every frame (jax's too), ~0.15 s of kernel CPU per failing
     # check; grade cells show only the check's message anyway (feedback.py).
     # Added to the course config's list (no history file, hidden checks at start), never replacing it.
-    cfg.Execute.extra_arguments = [*cfg.Execute.get("extra_arguments", []), "--InteractiveShell.xmode=Plain"]
+    # No automagic: a one-line cell like `system id` would run as %system (the scan reads it so, too).
+    cfg.Execute.extra_arguments = [*cfg.Execute.get("extra_arguments", []), "--InteractiveShell.xmode=Plain",
+                                   "--InteractiveShell.automagic=False"]
     cfg.GenerateFeedback.exporter_class = "donation_course.grading.feedback.CachedHTMLExporter"
+    # The runtime audit's last cell around nbgrader's own execution (audit_log.py)
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute
+
+    from .audit_log import DropNotebookEnd, MarkNotebookEnd
+
+    steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
+    at = steps.index(Execute)
+    cfg.Autograde.autograde_preprocessors = [*steps[:at], MarkNotebookEnd, Execute, DropNotebookEnd, *steps[at + 1:]]
     coursedir = CourseDirectory(config=cfg)
     return NbGraderAPI(coursedir=coursedir, config=cfg)
 
@@ -136,6 +149,13 @@ def notebook_results(api, course: Path, student: str, assignment: str) -> tuple[
         return notebooks, (sub.timestamp.isoformat() if sub.timestamp else None)
 
 
+def ensure_folders(job: WorkerJob) -> None:
+    """This worker's folders, made again if something removed them (a /tmp cleaner mid-run)."""
+    Path(job.tmp + "-tmp").mkdir(parents=True, exist_ok=True)
+    if not (Path(job.kernel_dir) / "kernels" / KERNEL_NAME / "kernel.json").is_file():
+        make_kernelspec(Path(job.kernel_dir), sys.executable)
+
+
 def grade_one(api, course: Path, student: str, tmp: Path) -> StudentResult:
     assignment = Course(course).assignment
     flags = scan_submission(course, student, assignment)
@@ -154,12 +174,19 @@ def grade_one(api, course: Path, student: str, tmp: Path) -> StudentResult:
                 log = f"{fb.get('log', '')}\n{fb.get('error', '')}"
         else:
             log = f"{res.get('log', '')}\n{res.get('error', '')}"
+        autograded = course / "autograded" / student / assignment
+        audit = read_audit(tmp, {p.stem: autograded / p.name
+                                 for p in sorted((course / "submitted" / student / assignment).glob("*.ipynb"))})
+        for name, found_flags in audit.items():
+            flags.setdefault(name, []).extend(found_flags)
         found = notebook_results(api, course, student, assignment)
         notebooks, timestamp = found or ({}, None)
         if res.get("success"):
             result = StudentResult.graded(student, notebooks, timestamp, reasons)
         else:
-            result = StudentResult.failed(student, diagnose(res.get("log", ""), res.get("error", "")), log, notebooks)
+            text = (res.get("log", ""), res.get("error", ""))
+            result = StudentResult.failed(student, diagnose(*text), log, notebooks,
+                                          infrastructure=died_at_startup(*text))
             result.timestamp = timestamp
         result.log = log
     finally:
@@ -169,8 +196,31 @@ def grade_one(api, course: Path, student: str, tmp: Path) -> StudentResult:
     return result
 
 
-def serve(conn, job: WorkerJob) -> None:
-    """Worker main loop: receive a student id, send back a StudentResult."""
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux's PR_SET_PDEATHSIG): a
+    grader killed by any signal leaves no worker, and so no kernel, behind."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the call
+        os._exit(1)
+
+
+def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
+    """Worker main loop: receive a student id, send back a StudentResult.
+    `inherited`: the parent's ends of every worker's pipe and its lock file,
+    closed here, so that this worker sees EOF when the parent goes and holds
+    no lock of the parent's."""
+    die_with_parent(parent)
+    for obj in inherited:
+        try:
+            obj.close() if hasattr(obj, "close") else os.close(obj)
+        except OSError:
+            pass
     os.setsid()
     fd = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -200,6 +250,7 @@ def serve(conn, job: WorkerJob) -> None:
         if student is None:
             return
         try:
+            ensure_folders(job)
             conn.send(("done", grade_one(api, course, student, Path(job.tmp))))
         except Exception:
             conn.send(("done", StudentResult.failed(

@@ -1,0 +1,244 @@
+"""The grading kernel's runtime audit: a PEP 578 hook installed before any
+learner code runs, which no code can remove.
+
+`python -m donation_course.grading.audit --audit-fd N --config-fd M -- ARGS`
+(kernel.py starts every grading kernel so) reads its configuration from
+fd M (a one-time pipe: the record key, the hashes of the course's own
+cells, the modules a learner may import), snapshots the hidden checks and
+the learner-facing `donation_lab.checks`, installs the hook, and starts
+ipykernel with ARGS. The hook writes one line per record to fd N, an
+append-only file outside the sandbox, each line signed with the key
+(HMAC-SHA256), which never leaves the hook's closure:
+
+- `cell`: a notebook cell starts (by the hash ipykernel names it with);
+  before it starts, the hidden checks and `checks` are compared with the
+  snapshot, and a `tamper` record names whatever was replaced;
+- `event`: an audit event caused by learner code, with the cell and line.
+
+Learner code is a notebook cell whose source is not the course's own (the
+release's cells, the source's grade cells: `trusted`), or a function it
+defined. Library code raises the same events (dataclasses and namedtuple
+call exec, jax reads code objects), so each rule says which frames count:
+DIRECT rules need a learner frame as the event's immediate caller, ANY
+rules a learner frame anywhere on the stack. audit_log.py reads the records.
+"""
+import sys
+
+# event -> rule; the learner did it when its frame is the immediate caller (DIRECT) or anywhere (ANY)
+DIRECT, ANY = "direct", "any"
+RULES = {
+    "exec": DIRECT, "compile": DIRECT, "code.__new__": DIRECT, "function.__new__": DIRECT,
+    "sys._getframe": DIRECT, "object.__getattr__": DIRECT, "object.__setattr__": DIRECT,
+    "object.__delattr__": DIRECT,
+    "pickle.find_class": ANY, "marshal.loads": ANY, "marshal.load": ANY, "sys.settrace": ANY,
+    "sys.setprofile": ANY, "sys._current_frames": ANY, "sys.addaudithook": ANY, "gc.get_objects": ANY,
+    "gc.get_referrers": ANY, "gc.get_referents": ANY, "os.system": ANY, "os.exec": ANY, "os.posix_spawn": ANY,
+    "os.spawn": ANY, "subprocess.Popen": ANY, "os.fork": ANY, "os.forkpty": ANY, "os.kill": ANY,
+    "os.killpg": ANY, "signal.pthread_kill": ANY, "socket.connect": ANY, "socket.bind": ANY,
+    "socket.sendto": ANY, "socket.getaddrinfo": ANY, "ctypes.dlopen": ANY, "ctypes.dlsym": ANY,
+    "ctypes.cdata": ANY, "ctypes.string_at": ANY, "ctypes.addressof": ANY, "ctypes.call_function": ANY,
+    "os.truncate": ANY, "os.remove": ANY, "os.rename": ANY, "os.rmdir": ANY, "os.chmod": ANY,
+    "os.chown": ANY, "os.link": ANY, "os.symlink": ANY, "shutil.rmtree": ANY, "mmap.__new__": ANY,
+    "open": ANY, "import": ANY,
+}
+# Modules whose code runs code it is given: exec/compile inside them counts as the learner's too
+RUNNERS = ("code", "codeop", "runpy", "pdb", "bdb", "doctest", "timeit", "pickle", "copyreg")
+# File-system events, judged by the path they name (args[0], and args[1] for rename/link/symlink)
+PATH_EVENTS = ("os.truncate", "os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.link", "os.symlink",
+               "shutil.rmtree")
+# Modules never imported on a learner's behalf, however indirectly
+DANGEROUS = frozenset({"ctypes", "_ctypes", "subprocess", "_posixsubprocess", "socket", "_socket", "pty", "pickle",
+                       "_pickle", "marshal", "multiprocessing", "cffi", "dill", "cloudpickle", "shelve"})
+# Process events a library the learner may import can cause on its own behalf
+SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork")
+WATCHED = ("donation_course.hidden.safe", "donation_course.hidden.exercise", "donation_course.hidden.capstone",
+           "donation_lab.checks")
+MAGICS_ALLOWED = ("time", "timeit")
+
+
+def snapshot(modules):
+    """{module name: (module, its dict, {name: value}, {function name: (code, defaults, kwdefaults)})}."""
+    import types
+
+    shot = {}
+    for name in WATCHED:
+        __import__(name)
+        mod = modules[name]
+        values = {k: v for k, v in vars(mod).items() if callable(v) or isinstance(v, types.ModuleType)}
+        codes = {k: (v.__code__, v.__defaults__, v.__kwdefaults__) for k, v in values.items()
+                 if isinstance(v, types.FunctionType)}
+        shot[name] = (mod, vars(mod), values, codes)
+    return shot
+
+
+def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir: str) -> None:
+    import hashlib
+    import hmac
+    import json
+    import os
+    import re
+    from importlib.machinery import PathFinder
+
+    write, getframe, modules, realpath = os.write, sys._getframe, sys.modules, os.path.realpath
+    find_spec = PathFinder.find_spec
+    sign, sha256, dumps = hmac.new, hashlib.sha256, json.dumps
+    cell_name = re.compile(r"/ipykernel_\d+/(\d+)\.py$").search
+    shot = snapshot(modules)
+    checks_module = shot["donation_lab.checks"][0]
+    state = {"busy": False, "seq": 0, "cell": "", "user_ns": None}
+    writable = (realpath(workdir), "/tmp", "/dev/null")
+
+    def record(kind, **fields):
+        state["seq"] += 1
+        line = dumps({"seq": state["seq"], "kind": kind, **fields}, sort_keys=True)
+        try:
+            write(fd, (line + "\t" + sign(key, line.encode(), sha256).hexdigest() + "\n").encode())
+        except OSError:
+            pass  # the channel was closed: the missing records say so
+
+    def learner(frame):
+        """(cell hash, line) if `frame` runs learner code, else None."""
+        found = cell_name(frame.f_code.co_filename)
+        if found and found.group(1) not in trusted:
+            return found.group(1), frame.f_lineno
+        return None
+
+    def tampered():
+        out = []
+        for name, (mod, namespace, values, codes) in shot.items():
+            if modules.get(name) is not mod:
+                out.append(name)
+            out += [f"{name}.{k}" for k, v in values.items() if namespace.get(k) is not v]
+            out += [f"{name}.{k} (code)" for k, (c, d, kw) in codes.items()
+                    if (values[k].__code__, values[k].__defaults__, values[k].__kwdefaults__) != (c, d, kw)]
+        user_ns = state["user_ns"]
+        if user_ns is not None and "checks" in user_ns and user_ns["checks"] is not checks_module:
+            out.append("checks (the notebook's name for donation_lab.checks)")
+        return out
+
+    def on_cell(code, frame):
+        """A notebook cell's code starts: check the snapshot first."""
+        found = cell_name(code.co_filename)
+        if not found or frame is None:
+            return
+        if state["user_ns"] is None and frame.f_code.co_name == "run_code":
+            state["user_ns"] = frame.f_locals["self"].user_ns  # the first cell: no learner code has run
+        if found.group(1) != state["cell"]:
+            state["cell"] = found.group(1)
+            changed = tampered()
+            if changed:
+                record("tamper", cell=found.group(1), what=changed[:20])
+            record("cell", cell=found.group(1))
+
+    def outside(path):
+        if isinstance(path, int):
+            return path == fd  # a file descriptor: only the channel's own is guarded
+        return not realpath(os.fsdecode(path)).startswith(writable)
+
+    def judge(event, args, frame):
+        rule, caller = RULES[event], learner(frame)
+        if event == "exec" and args and hasattr(args[0], "co_filename"):
+            on_cell(args[0], frame)
+        if rule == DIRECT and event not in ("exec", "compile"):
+            detail = f" {args[1]}" if len(args) > 1 and isinstance(args[1], str) else ""
+            return (caller, event + detail) if caller else None
+        if event in PATH_EVENTS and not any(outside(a) for a in args[:2] if isinstance(a, (str, bytes, int))):
+            return None
+        if event.startswith("marshal.") and frame.f_code.co_filename.startswith("<frozen importlib"):
+            return None  # an import reading a module's compiled code
+        outer, f = caller, frame
+        while outer is None and f is not None:
+            outer, f = learner(f), f.f_back
+        if outer is None:
+            return None
+        module = frame.f_globals.get("__name__", "")
+        if event == "import":
+            top = str(args[0]).split(".")[0]
+            importer = frame
+            while importer is not None and (importer.f_code.co_filename.startswith("<frozen importlib")
+                                            or importer.f_globals.get("__name__", "").startswith("importlib")):
+                importer = importer.f_back
+            if top in DANGEROUS or (importer is not None and learner(importer) and top not in allowed
+                                    and (top in modules or find_spec(top) is not None)):
+                return outer, f"imports {args[0]}"
+            return None  # (a module that does not exist only raises ModuleNotFoundError)
+        if event == "open":
+            path, mode = args[0], str(args[1] or "r")
+            if isinstance(path, int):
+                return None
+            given = os.fsdecode(path)
+            text = realpath(given)
+            if any(re.match(r"/proc/[^/]+/(fd|mem|environ|map_files)", p) for p in (given, text)):
+                return outer, f"opens {given}"
+            if any(c in mode for c in "wax+") and not text.startswith(writable):
+                return outer, f"writes {text}"
+            return None
+        if event in ("exec", "compile"):
+            entry = entry_frame(frame)
+            if entry.f_globals.get("__name__", "").startswith(("IPython", "ipykernel")):  # the learner called IPython
+                if entry.f_code.co_name in ("run_line_magic", "run_cell_magic") and \
+                        entry.f_locals.get("magic_name") in MAGICS_ALLOWED:
+                    return None  # %time and %timeit compile the statement the scan read
+            elif caller is None and not module.startswith(RUNNERS):
+                return None
+            return outer, f"{event} of code built at run time"
+        if event in SPAWNS and library_between(frame):
+            return None  # a library the learner may use runs a helper (matplotlib's fc-list)
+        return outer, event + (f" {os.fsdecode(args[0])}" if event in PATH_EVENTS and isinstance(args[0], str) else "")
+
+    def entry_frame(frame):
+        """The frame just inside the nearest learner frame: what the learner's code called."""
+        f = frame
+        while f.f_back is not None and not learner(f.f_back):
+            f = f.f_back
+        return f
+
+    def library_between(frame):
+        """An allowed library's frame lies between the event and the nearest learner frame."""
+        f = frame
+        while f is not None and not learner(f):
+            if f.f_globals.get("__name__", "").split(".")[0] in allowed:
+                return True
+            f = f.f_back
+        return False
+
+    def hook(event, args):
+        if event not in RULES or state["busy"]:
+            return
+        state["busy"] = True
+        try:
+            frame = getframe(1)
+            verdict = judge(event, args, frame)
+            if verdict is not None:
+                (cell, line), what = verdict
+                record("event", cell=cell, line=line, what=what[:300])
+                if (event == "os.truncate" and args[0] == fd) or what.startswith("opens /proc"):
+                    raise PermissionError(f"the grader's audit does not allow {event} here")
+        finally:
+            state["busy"] = False
+
+    sys.addaudithook(hook)
+    record("start", pid=os.getpid())
+
+
+def main() -> None:
+    import json
+    import os
+
+    argv = sys.argv[1:]
+    fd, config_fd = int(argv[argv.index("--audit-fd") + 1]), int(argv[argv.index("--config-fd") + 1])
+    rest = argv[argv.index("--") + 1:]
+    with os.fdopen(config_fd, "r") as fh:
+        config = json.load(fh)
+    install(fd, bytes.fromhex(config["key"]), frozenset(config["trusted"]), frozenset(config["allowed"]),
+            os.getcwd())
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]  # as ipykernel_launcher: the working folder's files are not modules
+    sys.argv = [sys.argv[0], *rest]
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()
