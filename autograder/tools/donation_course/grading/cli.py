@@ -6,6 +6,7 @@ Flags override what the course's nbgrader_config.py sets in
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..course import AUTOGRADER, Course, CourseError
@@ -27,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", type=Path)
     p.add_argument("--course", type=Path, default=AUTOGRADER, help="nbgrader course folder (default: autograder/)")
     p.add_argument("--workers", type=int, help="parallel workers (default: the cores this process may use)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help="grade on a running Dask cluster (workers: `./course worker SCHEDULER`); default: "
+                   "$DASK_SCHEDULER_ADDRESS if set, else on this machine ('local' forces that)")
     p.add_argument("--timeout", type=int, help="seconds per whole submission (default 300)")
     p.add_argument("--cell-timeout", type=int,
                    help="seconds per cell (default: the course's Execute.timeout, at most --timeout)")
@@ -60,6 +64,9 @@ def settings_from(args: argparse.Namespace, course: Course) -> GradingSettings:
         value = getattr(args, flag)
         if value is not None:
             setattr(settings, trait, value)
+    scheduler = args.scheduler if args.scheduler is not None else os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if scheduler is not None:
+        settings.scheduler = "" if scheduler in ("", "local") else scheduler
     if args.out is not None:
         settings.out = str(args.out.resolve())
     if args.no_progress:

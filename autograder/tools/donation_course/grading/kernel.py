@@ -85,10 +85,28 @@ def _connection(argv: list, runtime: Path) -> list:
     return [*argv[:i], str(dest), *argv[i + 1:]]
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this launcher when the grading process that started it dies, however it dies (kept
+    across exec: bwrap, which it becomes, then takes the sandbox along; an unsandboxed kernel dies
+    itself). Without it, a grader killed mid-notebook (a cluster worker's, with its worker) would
+    leave the kernel running."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--inner"]:
         return inner(argv[1:])
+    _die_with_parent()
     from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, unsandboxed_env, venv_python
 
     settings = KernelSettings.from_environment()

@@ -202,8 +202,13 @@ class Run:
                             cell_timeout=self.settings.cell_seconds(self.course.cell_timeout()),
                             max_output_bytes=self.settings.max_output_bytes,
                             kernel=kernel, kernel_dir=str(kernel_dir), log=str(logs), tmp=scratch)
-            pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
-                             self.settings.timeout)
+            if self.settings.scheduler:  # a dask.distributed cluster: the same interface (cluster.py)
+                from .cluster import ClusterExecutor
+
+                pool = ClusterExecutor(self, job)
+            else:
+                pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
+                                 self.settings.timeout)
             try:
                 yield pool
             finally:
@@ -225,7 +230,8 @@ def require_sandbox(settings: GradingSettings) -> None:
 
 
 def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
-    require_sandbox(settings)
+    if not settings.scheduler:  # on a cluster, each worker's own sandbox is checked when it is admitted
+        require_sandbox(settings)
     run = Run(course, settings, request)
     with tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work, contextlib.ExitStack() as locked:
         run.collect(Path(work))  # bad input stops here, before anything in the course is written
@@ -241,7 +247,9 @@ def grade_class(course: Course, settings: GradingSettings, request: GradeRequest
             rows = run.write_reports()
             save_state(run.state_path, run.state)
     elapsed = time.monotonic() - run.start
-    print(f"graded {len(run.gradable)} submission(s) in {elapsed:.1f}s with {settings.worker_count()} worker(s)"
+    print(f"graded {len(run.gradable)} submission(s) in {elapsed:.1f}s "
+          + (f"on the cluster at {settings.scheduler}" if settings.scheduler else
+             f"with {settings.worker_count()} worker(s)")
           + (f", {len(run.skipped)} unchanged skipped" if run.skipped else "")
           + f"; {len(rows)} student(s) in grades: {run.out / 'grades.csv'} (Canvas import: "
           f"{run.out / 'canvas-import.csv'}); feedback: {run.out / 'feedback'}; gradebook: {course.gradebook} "

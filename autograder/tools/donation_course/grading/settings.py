@@ -48,6 +48,8 @@ class GradingSettings(Configurable):
 
     # --- scale
     workers = Int(0, help="Parallel grading workers (0: the cores this process may use).").tag(config=True)
+    scheduler = Unicode("", help="A running dask.distributed scheduler (tcp://HOST:PORT) to grade on, with "
+                        "`./course worker` processes; '' grades on this machine (cluster.py).").tag(config=True)
     # --- time
     timeout = Int(300, help="Seconds per whole submission.").tag(config=True)
     cell_timeout = Int(0, help="Seconds per cell (0: the course's Execute.timeout, at most `timeout`).").tag(

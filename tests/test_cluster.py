@@ -1,0 +1,311 @@
+"""`./course grade --scheduler` on a real dask.distributed cluster: a
+scheduler and two `./course worker` processes on 127.0.0.1 (each its own
+--local-directory, one process, one thread), shared by this module's tests
+(xdist_units.SHARED_FIXTURE_UNITS keeps them on one xdist worker, in this
+order). Part of the exercise's corpus graded there gives the local run's
+grades.csv; a worker whose grading code differs is refused in one line;
+Ctrl-C leaves no grading process, kernel, scratch folder or task behind; a
+worker killed mid-run leaves every student graded once. Every process the
+module starts is killed at its end, whatever happened."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from donation_course.corpus import exercise as corpus
+from donation_course.course import ROOT
+from helpers import COURSE_CMD, GRADE_LIMITS, free_port, grade, gradebook_scores, read_grades
+
+pytestmark = pytest.mark.slow
+
+EX = corpus.EXERCISE
+# a correct, a wrong, a flagged, a kernel-killing and a malformed submission, and one more of each kind of score
+SUBSET = ["partial", "nodonate", "tamperer", "kernelkill", "malformed", "wrongarg"]
+MIX = ["partial", "wrapped", "argnames", "lambda", "nodonate", "nojit", "wrongvalue", "wrongarg"]
+# a grading kernel's process, at each step of its launch (kernel.py, bwrap, the kernel itself)
+KERNEL_WORDS = ("grading.kernel", "bwrap", "ipykernel", "grading.audit")
+MARKER = "DONATION_LAB_TEST_CLUSTER"  # in the environment of every process this module starts, and their children
+
+
+class Cluster:
+    def __init__(self, folder: Path, env: dict):
+        self.folder, self.token = folder, uuid.uuid4().hex
+        self.env = {**env, MARKER: self.token}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        self.start("scheduler", [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                 "--port", self.address.rsplit(":", 1)[1], "--no-dashboard", "--idle-timeout", "1800"])
+        from distributed import Client
+
+        self.client = Client(self.address, timeout=60, set_as_default=False)
+        for name in ("w1", "w2"):
+            self.start_worker(name)
+        self.client.wait_for_workers(2, timeout=120)
+
+    def start(self, name: str, cmd: list, env: dict | None = None) -> None:
+        with open(self.folder / f"{name}.log", "w") as log:
+            self.procs[name] = subprocess.Popen([str(c) for c in cmd], env=env or self.env, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True, cwd=self.folder)
+
+    def start_worker(self, name: str, env: dict | None = None, cmd: list | None = None) -> None:
+        """`./course worker`, one process and one thread (its defaults), its own folder; gone if the scheduler is."""
+        cmd = cmd or [COURSE_CMD, "worker"]
+        self.start(name, [*cmd, self.address, "--host", "127.0.0.1", "--local-directory", self.folder / name,
+                          "--death-timeout", "60", "--name", name], env)
+
+    def worker_address(self, name: str) -> str:
+        return next(a for a, w in self.client.scheduler_info(n_workers=-1)["workers"].items() if w["name"] == name)
+
+    def ours(self) -> list[psutil.Process]:
+        """Every live process of this module's: the ones it started, their descendants, and any orphan."""
+        roots = [p for p in psutil.process_iter() if _environ(p).get(MARKER) == self.token]
+        for proc in self.procs.values():
+            try:
+                roots.append(psutil.Process(proc.pid))
+            except psutil.Error:
+                pass
+        found = {}
+        for root in roots:  # (a sandboxed kernel's environment is its own: found as bwrap's descendant)
+            try:
+                found.update({p.pid: p for p in [root, *root.children(recursive=True)]})
+            except psutil.Error:
+                pass
+        return list(found.values())
+
+    def kill_group(self, name: str) -> None:
+        """SIGKILL to a worker's process group (nanny and worker): its grading process, in a session of
+        its own, and its kernels are left to notice on their own."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        try:
+            victims = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            victims = []
+        kill_all(victims)
+        proc.wait()
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            kill_all(self.ours())
+            for proc in self.procs.values():
+                proc.wait()
+
+
+def kill_all(procs) -> None:
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def grading_processes(cluster: Cluster) -> list[psutil.Process]:
+    """The workers' grading processes and their kernels (not dask's own processes)."""
+    return [p for p in cluster.ours()
+            if any(k in " ".join(_cmdline(p)) for k in ("grader_process", *KERNEL_WORDS))]
+
+
+def kernels_of(cluster: Cluster, name: str) -> list[psutil.Process]:
+    try:
+        tree = psutil.Process(cluster.procs[name].pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [p for p in tree if any(k in " ".join(_cmdline(p)) for k in KERNEL_WORDS)]
+
+
+def _cmdline(p) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def describe(procs) -> list[str]:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid} (parent {p.ppid()}, {p.status()}): {' '.join(p.cmdline())[:150]}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, env):
+    folder = Path(tmp_path_factory.mktemp("cluster"))
+    c = None
+    try:
+        c = Cluster(folder, env)
+        yield c
+    finally:
+        if c is not None:
+            c.close()
+        else:  # it failed to start: whatever it started still goes
+            kill_all([p for p in psutil.process_iter() if MARKER in _environ(p)])
+
+
+def _environ(p) -> dict:
+    try:
+        return p.environ()
+    except psutil.Error:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    corpus.build(folder)
+    return folder
+
+
+def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int = 1) -> Path:
+    dest.mkdir(parents=True)
+    for i in range(copies):
+        for s in students:
+            shutil.copy(corpus_files / f"{s}_{EX}.ipynb", dest / f"{s}{i or ''}_{EX}.ipynb")
+    return dest
+
+
+def cluster_lines(course: Path) -> list[str]:
+    return [ln for ln in (course / ".grading" / "logs" / "cluster.log").read_text().splitlines() if " student=" in ln]
+
+
+def test_the_cluster_grades_like_the_local_run(cluster, corpus_files, tmp_path, env, generated_course):
+    files = submissions(corpus_files, tmp_path / "files", SUBSET)
+    local = generated_course(tmp_path / "local")
+    grade(env, files, "--course", local, *GRADE_LIMITS, "--scheduler", "local")
+    remote = generated_course(tmp_path / "remote")
+    r = grade(env, files, "--course", remote, *GRADE_LIMITS, "--scheduler", cluster.address)
+    assert f"on the cluster at {cluster.address}" in r.stdout, r.stdout
+    ours, theirs = read_grades(remote / ".grading" / "grades.csv"), read_grades(local / ".grading" / "grades.csv")
+    assert ours == theirs
+    for student in SUBSET:
+        _, score, status, reason = corpus.CASES[student]
+        assert (float(ours[student][EX]), ours[student]["status"]) == (score, status), ours[student]
+    assert gradebook_scores(remote) == gradebook_scores(local)
+    # what nbgrader made on the workers is in the course, where the local run's nbgrader left it
+    made = lambda course: sorted(str(p.relative_to(course)) for top in ("autograded", "feedback", ".grading/feedback")
+                                 for p in (course / top).rglob("*") if p.is_file())  # noqa: E731
+    assert made(remote) == made(local)
+    assert (remote / "feedback" / "partial" / corpus.COURSE.assignment / f"{EX}.html").exists()
+    lines = cluster_lines(remote)
+    assert sorted(ln.split(" student=")[1].split()[0] for ln in lines) == sorted(set(SUBSET) - {"malformed"})
+    for ln in lines:
+        assert all(f" {k}=" in ln for k in ("wait", "wall", "cpu", "rss", "sent", "returned")), ln
+    assert "p50" in r.stderr and "p95" in r.stderr and "course bundle" in r.stderr, r.stderr
+    assert not grading_processes(cluster), "a grading process outlived its run"
+
+
+def test_a_mismatched_worker_is_refused_in_one_line(cluster, corpus_files, tmp_path, env, generated_course):
+    # another checkout: the same packages, one hidden check's file changed
+    other = tmp_path / "other-checkout"
+    shutil.copytree(ROOT / "autograder" / "tools" / "donation_course", other / "donation_course",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "donation_course" / "hidden" / "exercise.py", "a") as fh:
+        fh.write("\n# edited in another checkout\n")
+    cluster.start_worker("odd", env={**cluster.env, "PYTHONPATH": str(other)},
+                         cmd=[sys.executable, "-m", "distributed.cli.dask_worker", "--nthreads", "1",
+                              "--no-dashboard"])
+    try:
+        cluster.client.wait_for_workers(3, timeout=120)
+        odd = cluster.worker_address("odd")
+        files = submissions(corpus_files, tmp_path / "files", ["partial", "nodonate"])
+        course = generated_course(tmp_path / "course")
+        r = grade(env, files, "--course", course, *GRADE_LIMITS, "--scheduler", cluster.address)
+        refused = [ln for ln in r.stderr.splitlines() if ln.startswith("refused worker")]
+        assert refused == [f"refused worker {odd}: its donation_course/donation_lab code (hidden checks, grader) "
+                           "differs from this machine's: another checkout?"], r.stderr
+        rows = read_grades(course / ".grading" / "grades.csv")
+        assert {s: float(rows[s][EX]) for s in rows} == {s: corpus.CASES[s][1] for s in ("partial", "nodonate")}
+        assert all(odd not in ln for ln in cluster_lines(course))
+        assert not list((cluster.folder / "odd").rglob("course-*")), "the refused worker got the course"
+    finally:
+        cluster.stop("odd")
+    wait_for(lambda: len(cluster.client.scheduler_info(n_workers=-1)["workers"]) == 2, 60, "the odd worker to leave")
+
+
+def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus_files, tmp_path, env,
+                                                                  generated_course):
+    files = submissions(corpus_files, tmp_path / "files", MIX)
+    course = generated_course(tmp_path / "course")
+    with open(tmp_path / "grade.log", "w") as log:
+        run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
+                                "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: kernels_of(cluster, "w1") or kernels_of(cluster, "w2"), 120, "a kernel on the cluster")
+        run.send_signal(signal.SIGINT)
+        assert run.wait(timeout=120) != 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+    wait_for(lambda: not grading_processes(cluster), 20,
+             lambda: f"the grading processes and kernels to go: {describe(grading_processes(cluster))}")
+    scratch = [Path("/tmp") / p.stem.removeprefix("grader-") for p in cluster.folder.rglob("grader-dlc-*.log")]
+    assert scratch and not [s for s in scratch if s.exists()], "a grading process's scratch folder is left"
+    for name in ("w1", "w2"):
+        assert not list((cluster.folder / name).rglob("submitted/*")), "a student's files are left on a worker"
+    wait_for(lambda: cluster.client.run_on_scheduler(lambda dask_scheduler: not dask_scheduler.tasks), 20,
+             "the scheduler to forget the run's tasks")
+
+
+def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpus_files, tmp_path, env,
+                                                                   generated_course):
+    files = submissions(corpus_files, tmp_path / "files", MIX)
+    course = generated_course(tmp_path / "course")
+    victim, survivor = cluster.worker_address("w1"), cluster.worker_address("w2")
+    with open(tmp_path / "grade.log", "w") as log:
+        run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
+                                "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # a few seconds in: w1 has graded a student and runs a kernel for its next one
+        wait_for(lambda: any(victim in ln for ln in _lines_so_far(course)) and kernels_of(cluster, "w1"), 180,
+                 "w1 to grade its second student")
+        in_progress = {p.name for p in (cluster.folder / "w1").rglob("course-*/submitted/*")}
+        cluster.kill_group("w1")
+        assert run.wait(timeout=400) == 0, (tmp_path / "grade.log").read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+    rows = read_grades(course / ".grading" / "grades.csv")  # fails on a student listed twice
+    assert {s: float(rows[s][EX]) for s in rows} == {s: corpus.CASES[s][1] for s in MIX}
+    assert set(gradebook_scores(course)) == set(MIX)
+    lines = cluster_lines(course)
+    graded = [ln.split(" student=")[1].split()[0] for ln in lines]
+    assert sorted(graded) == sorted(MIX), lines  # one result merged per student
+    assert in_progress, "w1 was killed between two students"
+    for student in in_progress:  # the student w1 was grading ran again, on w2
+        assert any(f"student={student} worker={survivor}" in ln for ln in lines), lines
+    wait_for(lambda: not grading_processes(cluster), 20,
+             lambda: f"the killed worker's grading process and kernels to go: {describe(grading_processes(cluster))}")
+
+
+def _lines_so_far(course: Path) -> list[str]:
+    try:
+        return cluster_lines(course)
+    except OSError:
+        return []
+
