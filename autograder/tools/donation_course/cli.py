@@ -1,4 +1,4 @@
-"""The commands behind ./course: `regenerate` and `grade` (the instructor's), `check` (a learner's).
+"""The commands behind ./course: `regenerate`, `grade` and `feedback` (the instructor's), `check` (a learner's).
 
 Every failure a user can cause (a malformed notebook, a missing folder) ends
 with one line on stderr and a non-zero exit, never a traceback.
@@ -44,7 +44,13 @@ def check(argv) -> int:
     return check_main(argv)
 
 
-COMMANDS = {"regenerate": regenerate, "grade": grade, "check": check}
+def feedback(argv) -> int:
+    from .grading.refresh_feedback import main as feedback_main
+
+    return feedback_main(argv)
+
+
+COMMANDS = {"regenerate": regenerate, "grade": grade, "check": check, "feedback": feedback}
 
 
 class Stopped(BaseException):

@@ -10,13 +10,16 @@ import os
 from pathlib import Path
 
 from ..course import AUTOGRADER, Course, CourseError
+from .exports import counted_notebooks
+from .lms import course_timezone, zone
 from .presets import PRESETS
 from .settings import GradingSettings
 
 # flag -> the GradingSettings trait it overrides when given
 FLAG_TRAITS = {"workers": "workers", "timeout": "timeout", "cell_timeout": "cell_timeout",
                "memory_mb": "memory_mb", "max_processes": "max_processes", "max_file_mb": "max_file_mb",
-               "lms": "lms", "name_regex": "name_regex", "canvas_column": "canvas_column"}
+               "lms": "lms", "name_regex": "name_regex", "canvas_column": "canvas_column",
+               "blackboard_column": "blackboard_column", "lms_points": "lms_points", "timezone": "timezone"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,7 +50,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--student", action="append", default=None, metavar="ID",
                    help="grade only this student (repeatable); grades.csv still lists the whole gradebook")
     p.add_argument("--canvas-column", default=None, metavar="HEADER",
-                   help="assignment column of canvas-import.csv, as Canvas names it, e.g. 'Buffer Donation (123)'")
+                   help="assignment column of canvas-import.csv, as Canvas names it, e.g. 'Buffer Donation (123)', "
+                   "or Canvas's gradebook export (.csv) to take it from")
+    p.add_argument("--blackboard-column", default=None, metavar="HEADER",
+                   help="Grade Center column of blackboard-import.csv, e.g. 'Buffer Donation [Total Pts: 22 Score] "
+                   "|1234', or Blackboard's Grade Center download to take it from")
+    p.add_argument("--lms-points", default=None, metavar="all|exercise|NB,NB",
+                   help="what the LMS import files' grade counts: every notebook (all, the default), the graded "
+                   "exercise alone, or the notebooks named")
+    p.add_argument("--timezone", default=None, metavar="ZONE",
+                   help="zone of the LMS's local times (Blackboard's attempt times), e.g. Europe/Berlin "
+                   "(default: the course's nbgrader timezone, c.Exchange.timezone, else UTC)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-compile-cache", action="store_true",
                    help="compile every submission's JAX code afresh (default: the grading kernels read, "
@@ -79,6 +92,9 @@ def settings_from(args: argparse.Namespace, course: Course) -> GradingSettings:
         raise CourseError("--workers must be at least 1")
     try:
         settings.validate()
+        settings.timezone = settings.timezone or course_timezone(course.config)
+        zone(settings.timezone)
+        counted_notebooks(settings.lms_points, course.notebooks)
     except ValueError as exc:
         raise CourseError(str(exc)) from None
     return settings

@@ -43,9 +43,11 @@ def extract(archive: Path, dest: Path) -> list:
     return problems
 
 
-def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str = None, regex: str = None):
+def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str = None, regex: str = None,
+            **options):
     """(Collected, preset) for SUBMISSIONS, or CourseError; a zip, or a single
-    notebook file, goes to workdir. Nobody to grade is a CourseError in one line."""
+    notebook file, goes to workdir. Nobody to grade is a CourseError in one line.
+    `options` go to lms.collect_files (timezone, source)."""
     if not src.exists():
         raise CourseError(f"{src}: no such file or folder")
     problems = []
@@ -60,7 +62,7 @@ def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str
             raise CourseError(f"{src}: not a folder and not a .zip or .ipynb file")
     else:
         root = src
-    found, preset = collect_files(root, notebooks, assignment, lms=lms, regex=regex)
+    found, preset = collect_files(root, notebooks, assignment, lms=lms, regex=regex, **options)
     found.problems[:0] = problems
     if not found.students:
         raise CourseError(nobody_to_grade(src, found, assignment))

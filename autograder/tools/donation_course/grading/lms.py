@@ -4,15 +4,26 @@ notebook by an LMS preset (presets.py) on nbgrader's own
 
 The student id is the LMS's unique id (Canvas user id, Moodle participant id,
 Blackboard username, nbgrader's id exactly as given); the display name is kept
-beside it. `--name-regex` takes any other `named_regexp`.
+beside it, and never replaces a name the gradebook's roster has
+(`roster_fields`). `--name-regex` takes any other `named_regexp`.
+
+Times in file names (Blackboard's attempt times, a `--name-regex`'s
+`timestamp`) are the LMS's local time, read in `--timezone` (default: the
+course's nbgrader timezone, `c.Exchange.timezone`) and turned into UTC, as
+nbgrader's own timestamps are. A notebook none of whose graded cells is one
+of the assignment's (another course's, an old version's) is not graded.
 """
 import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
+from .blackboard import receipts as blackboard_receipts
+from .blackboard import split_stems
+from .foreign import expected_ids, foreign_cells, foreign_problem
 from .presets import PREFIX, PRESETS, detect
 
 TIMESTAMP_FORMATS = ("%Y-%m-%d-%H-%M-%S", "%Y-%m-%d %H:%M:%S.%f %Z", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
@@ -50,14 +61,41 @@ class Collected:
     student_problems: dict = field(default_factory=dict)  # sid -> [line] (also in problems)
     lesson_files: list = field(default_factory=list)  # the course's own notebooks, named by no student
 
+    def student_problem(self, sid: str, line: str) -> None:
+        """A problem with one of `sid`'s files: reported, and listed with the student (the CSV says why)."""
+        self.problems.append(line)
+        self.student_problems.setdefault(sid, []).append(line)
+        self.students.setdefault(sid, {})
 
-def parse_timestamp(text: str):
+
+def zone(name: str) -> ZoneInfo:
+    """The time zone of an IANA name ('Europe/Berlin'; '' is UTC), or ValueError in one line."""
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"--timezone {name!r}: not a time zone name (e.g. Europe/Berlin, UTC)") from None
+
+
+def course_timezone(config) -> str:
+    """The course's nbgrader timezone: `c.Exchange.timezone` (the zone nbgrader records submission
+    times in), else `c.NbGraderAPI.timezone` (formgrader's display zone), else UTC."""
+    for section in ("Exchange", "NbGraderAPI"):
+        if section in config and config[section].get("timezone"):
+            return str(config[section].timezone)
+    return "UTC"
+
+
+def parse_timestamp(text: str, local: str = ""):
+    """A naive UTC datetime. A time with no zone is in `local` ('': UTC): an LMS's local time."""
     text = text.strip()
     for fmt in TIMESTAMP_FORMATS:
         try:
-            return dt.datetime.strptime(text, fmt)
+            when = dt.datetime.strptime(text, fmt)
         except ValueError:
-            pass
+            continue
+        if "%Z" in fmt or not local:
+            return when
+        return when.replace(tzinfo=zone(local)).astimezone(dt.UTC).replace(tzinfo=None)
     from nbgrader.utils import parse_utc
 
     return parse_utc(text).replace(tzinfo=None)
@@ -93,33 +131,41 @@ def notebook_of(file_id: str, notebooks: list):
     return None
 
 
-RECEIPT = re.compile(r"(?:.*/)?(?P<key>[^/]*_attempt_\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)\.txt$")
-RECEIPT_NAME = re.compile(r"^Name:\s*(?P<name>.*?)\s*\((?P<username>[^()]+)\)\s*$", re.M)
+def roster_fields(gb, sid: str, name: str) -> dict:
+    """nbgrader's update_or_create_student fields for an LMS display name: the name only for a student
+    the roster does not know by name yet (as last_name, the only one nbgrader shows alone); never over a
+    name the roster holds (formgrader's, `nbgrader db student add`'s, or an earlier export's)."""
+    from nbgrader.api import MissingEntry
+
+    if not name:
+        return {}
+    try:
+        student = gb.find_student(sid)
+    except MissingEntry:
+        return {"last_name": name}
+    return {} if student.first_name or student.last_name else {"last_name": name}
 
 
-def blackboard_receipts(files: list, rels: list) -> dict:
-    """{'<Assignment>_<username>_attempt_<time>': (username, name)} from Blackboard's
-    receipts ("Name: Jane Doe (jane_doe)"): they settle usernames holding `_`."""
-    out = {}
-    for path, rel in zip(files, rels, strict=True):
-        m = RECEIPT.match(rel)
-        if not m:
-            continue
-        try:
-            found = RECEIPT_NAME.search(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            continue
-        if found and m["key"].rsplit("_attempt_", 1)[0].endswith("_" + found["username"]):
-            out[m["key"]] = (found["username"], found["name"])
-    return out
+def blackboard_split(files: list, rels: list, collector, assignment: str):
+    """(receipts {key: (username, name)}, Split of every Blackboard stem) for an export."""
+    found = blackboard_receipts(files, rels)
+    stems = {}
+    for rel in rels:
+        gd = rel.endswith(".ipynb") and not SKIP.search(rel) and collector.match(rel)
+        if gd and gd.get("student_id"):
+            stems.setdefault(f"{gd['assignment']}_{gd['student_id']}", []).append(rel)
+    known = {key.rsplit("_attempt_", 1)[0]: user for key, (user, _name) in found.items()}
+    return found, split_stems(stems, known, assignment)
 
 
 def valid_student_id(sid: str) -> bool:
     return bool(sid) and sid not in (".", "..") and "/" not in sid and "\\" not in sid and "\0" not in sid
 
 
-def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None, regex: str = None) -> tuple:
-    """(Collected, preset name) for every file under `root`."""
+def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None, regex: str = None,
+                  timezone: str = "", source: Path = None) -> tuple:
+    """(Collected, preset name) for every file under `root`; file-name times read in `timezone`; with
+    the assignment's `source` folder, a notebook that is not the assignment's is a problem, not graded."""
     files = sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
     rels = [p.relative_to(root).as_posix() for p in files]
     if regex:
@@ -135,7 +181,9 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         named = Collector(named_regexp=PREFIX + rf"(?P<student_id>[^/]+?)_(?P<file_id>{alternatives})\.ipynb$",
                           valid_ext=[".ipynb"])
     out, candidates = Collected(), {}
-    receipts = blackboard_receipts(files, rels) if lms == "blackboard" else {}
+    receipts, split = blackboard_split(files, rels, collector, assignment) if lms == "blackboard" else ({}, None)
+    if split and split.problem:
+        out.problems.append(split.problem)
     for path, rel in zip(files, rels, strict=True):
         if SKIP.search(rel):
             continue
@@ -155,10 +203,12 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         if not gd or not gd.get("student_id"):
             out.problems.append(f"{rel}: does not match the {lms} file naming; not graded")
             continue
-        if receipts:
-            key = f"{gd['assignment']}_{gd['student_id']}_attempt_{gd['timestamp']}"
-            if key in receipts:
-                gd["student_id"], gd["name"] = receipts[key]
+        if split is not None:
+            stem = f"{gd['assignment']}_{gd['student_id']}"
+            if stem not in split.usernames:
+                continue  # in the split's one problem line
+            gd["student_id"] = split.usernames[stem]
+            gd["name"] = receipts.get(f"{stem}_attempt_{gd['timestamp']}", ("", gd.get("name")))[1]
         sid = gd["student_id"]
         if not valid_student_id(sid):
             out.problems.append(f"{rel}: student id {sid!r} cannot be a folder name; not graded")
@@ -172,16 +222,14 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
             if nb is None and lms == "flat":
                 nb = notebooks[-1]  # <student>_<anything>.ipynb: the graded exercise
         if nb is None:
-            line = f"{rel}: matches none of the assignment's notebooks ({', '.join(notebooks)}); not graded"
-            out.problems.append(line)
-            out.student_problems.setdefault(sid, []).append(line)
-            out.students.setdefault(sid, {})
+            out.student_problem(sid, f"{rel}: matches none of the assignment's notebooks "
+                                     f"({', '.join(notebooks)}); not graded")
             continue
         f = File(path=path, rel=rel, student=sid, notebook=nb, name=(gd.get("name") or "").strip(),
                  late=bool(gd.get("late")), attempt=int(gd.get("attempt") or 0))
         if gd.get("timestamp"):
             try:
-                f.timestamp = parse_timestamp(gd["timestamp"])
+                f.timestamp = parse_timestamp(gd["timestamp"], timezone)
             except ValueError:
                 out.problems.append(f"{rel}: timestamp {gd['timestamp']!r} not understood; not graded")
                 continue
@@ -196,16 +244,18 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
         candidates.setdefault((sid, nb), []).append(f)
         if f.name:
             out.names.setdefault(sid, f.name)
+    expected = expected_ids(source, notebooks) if source is not None else {}
     for (sid, nb), fs in sorted(candidates.items()):
         key = lambda f: (f.timestamp or dt.datetime.min, f.attempt)  # noqa: E731
         fs.sort(key=key)
         if len(fs) > 1 and key(fs[-1]) == key(fs[-2]):
             tied = [f.rel for f in fs if key(f) == key(fs[-1])]
-            line = (f"{' and '.join(tied)}: all are {sid}'s {nb} with no time or attempt number to order "
-                    "them; that notebook is not graded")
-            out.problems.append(line)
-            out.student_problems.setdefault(sid, []).append(line)
-            out.students.setdefault(sid, {})
+            out.student_problem(sid, f"{' and '.join(tied)}: all are {sid}'s {nb} with no time or attempt "
+                                     "number to order them; that notebook is not graded")
+            continue
+        ids = foreign_cells(fs[-1].path, expected[nb]) if nb in expected else None
+        if ids:
+            out.student_problem(sid, foreign_problem(fs[-1].rel, nb, ids, expected[nb]))
             continue
         out.students.setdefault(sid, {})[nb] = fs[-1]
         if len(fs) > 1:

@@ -1,15 +1,21 @@
-"""grades.csv and canvas-import.csv, from the gradebook plus each student's Summary.
+"""grades.csv, the LMS import files (exports.py) and the class report
+(class_report.py), from the gradebook plus each student's Summary.
 
 A row is derived in one place (`student_row`): the numbers from nbgrader's
 gradebook, whatever run graded them and whatever an instructor changed in
 formgrader since, and the status, reasons and files from the run that
-graded the student (result.Summary, kept in the state file).
+graded the student (result.Summary, kept in the state file). Besides the
+grades.csv columns, a row carries what the exports and the class report
+read: each grade cell's state (`cells`), each notebook's late penalty and
+maximum, whether nbgrader counts the submission late, and the roster's names.
 """
 from __future__ import annotations
 
 import csv
 import io
+import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course
@@ -17,7 +23,19 @@ from .gradebook import open_gradebook
 from .result import Status, StudentResult, Summary
 from .state import write_atomic
 
-CANVAS_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+@dataclass(frozen=True)
+class Cell:
+    """One grade cell of one student, as the gradebook holds it."""
+
+    score: float          # nbgrader's score: the manual score if any, else the automatic one, plus extra credit
+    max_score: float
+    waiting: bool         # needs_manual_grade: nbgrader waits for a person (flagged, errored, never graded)
+    by_hand: bool         # a person entered a manual score (formgrader)
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= self.max_score
 
 
 def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str, float], submitted: set[str],
@@ -50,15 +68,27 @@ def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str,
     return Summary(status=status, reasons=reasons, files=files, name=name)
 
 
+def roster_name(student) -> str:
+    """The gradebook roster's name of a student (nbgrader's first and last name), or ''."""
+    return " ".join(n for n in (student.first_name, student.last_name) if n)
+
+
 def student_row(sub, summary: Summary, notebooks: list[str]) -> dict:
-    """One student's grades.csv row: an nbgrader SubmittedAssignment plus its Summary."""
-    row = {"student": sub.student.id, "name": summary.name or sub.student.last_name or "",
+    """One student's grades.csv row: an nbgrader SubmittedAssignment plus its Summary.
+    The name is the roster's (formgrader, `nbgrader db student`), else the LMS's display name."""
+    row = {"student": sub.student.id, "name": roster_name(sub.student) or summary.name,
+           "first_name": sub.student.first_name or "", "last_name": sub.student.last_name or "",
            "timestamp": sub.timestamp.isoformat(sep=" ") if sub.timestamp else "",
-           "late_penalty": round(sub.late_submission_penalty or 0.0, 3)}
+           "late_penalty": round(sub.late_submission_penalty or 0.0, 3), "late": sub.total_seconds_late > 0,
+           "cells": {}, "penalties": {}, "notebook_max": {}}
     for nb in sub.notebooks:
         row[nb.name] = round(nb.score, 3)
+        row["penalties"][nb.name] = nb.late_submission_penalty or 0.0
+        row["notebook_max"][nb.name] = nb.max_score
         for g in nb.grades:
             row[f"{nb.name}:{g.name}"] = round(g.score, 3)
+            row["cells"][f"{nb.name}:{g.name}"] = Cell(g.score, g.max_score, bool(g.needs_manual_grade),
+                                                       g.manual_score is not None)
     points = sum(row.get(nb, 0.0) for nb in notebooks)
     reasons = list(summary.reasons)
     if row["late_penalty"]:
@@ -95,14 +125,19 @@ def csv_text(fields: list[str], rows: Iterable[dict]) -> str:
     return buf.getvalue()
 
 
-def write_reports(course: Course, summaries: dict[str, Summary], out: Path, canvas_column: str = "") -> list[dict]:
-    """grades.csv and canvas-import.csv for the WHOLE gradebook, whatever this run graded."""
+def write_reports(course: Course, summaries: dict[str, Summary], out: Path, canvas_column: str = "",
+                  settings=None) -> list[dict]:
+    """grades.csv, the LMS import files and the class report for the WHOLE gradebook, whatever this run
+    graded. `settings` (GradingSettings) says what the LMS files count and name; without it, the course's."""
+    from .class_report import write_class_report
+    from .exports import export_settings, write_exports
+
     rows, checks = class_rows(course, summaries)
     fields = ["student", "name", *course.notebooks, "late_penalty", "total", "max", "status", "reason",
               "timestamp", "files", *checks]
     write_atomic(out / "grades.csv", csv_text(fields, rows))
-    header = canvas_column or course.assignment
-    canvas = [{"Student": r["name"] or r["student"], "ID": r["student"], header: r["total"]} for r in rows]
-    points = {"Student": "    Points Possible", header: rows[0]["max"] if rows else ""}
-    write_atomic(out / "canvas-import.csv", csv_text([*CANVAS_FIELDS, header], [points, *canvas]))
+    settings = export_settings(course, settings, canvas_column)
+    for line in write_exports(course, rows, out, settings):
+        print(f"note: {line}", file=sys.stderr, flush=True)
+    write_class_report(course, summaries, out, rows=rows, checks=checks, settings=settings)
     return rows
