@@ -139,5 +139,8 @@ def write_reports(course: Course, summaries: dict[str, Summary], out: Path, canv
     settings = export_settings(course, settings, canvas_column)
     for line in write_exports(course, rows, out, settings):
         print(f"note: {line}", file=sys.stderr, flush=True)
-    write_class_report(course, summaries, out, rows=rows, checks=checks, settings=settings)
+    try:  # grades.csv and the LMS files are written: a plot that fails costs the run nothing else
+        write_class_report(course, summaries, out, rows=rows, checks=checks, settings=settings)
+    except Exception as exc:  # matplotlib's own errors are of many kinds
+        print(f"note: class-report.html not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     return rows
