@@ -131,3 +131,57 @@ def test_expect_deleted_passes_on_a_donated_array_and_fails_on_a_live_one(capsys
 
 def test_no_check_claims_hidden_tests():
     assert "graded" not in checks.PUBLIC_ONLY
+
+
+# ---- what the learner reads: values at their dtype's precision, no traceback ----
+
+def test_values_print_at_their_dtypes_precision(capsys):
+    assert checks.show(jnp.array(0.525, jnp.float32).__array__()) == "0.525"
+    assert checks.show(jnp.array([0.525, -1.025, 2.0], jnp.float32).__array__()) == "[0.525, -1.025, 2.0]"
+    assert checks.show(jnp.array([0.525], jnp.bfloat16).__array__()) == "[0.523]"  # bfloat16: 8 bits of mantissa
+    assert checks.show([jnp.float32(1.5).item(), (3, 2)]) == "[1.5, (3, 2)]"
+    assert checks.show((3,)) == "(3,)" and checks.show("an array") == "'an array'"
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_allclose("new params['w']", jnp.array([0.5, -1.0, 2.0]), [0.525, -1.025, 2.0])
+    assert str(info.value) == "new params['w']: expected [0.525, -1.025, 2.0], got [0.5, -1.0, 2.0]."
+    checks.expect_allclose("loss", jnp.array(0.0625), 0.0625)
+    checks.expect_allclose("new params['w']", jnp.array([0.525, -1.025, 2.0]), [0.525, -1.025, 2.0])
+    out = capsys.readouterr().out
+    assert "loss gives 0.0625 (" in out and "gives [0.525, -1.025, 2.0] (" in out, out
+    assert "0.5249999" not in out
+
+
+def test_expect_kept_names_what_the_caller_reads_again_and_never_what_to_donate(capsys):
+    names = ("velocity", "params", "grads")
+    args = (jnp.zeros(3), jnp.ones(3), jnp.ones(3))
+    right = jax.jit(lambda v, p, g: 0.9 * v + g, donate_argnums=0)
+    checks.expect_kept("step", right, args, names, kept=["params", "grads"])
+    checks.expect_in_place("step", right, args, argnum=None)
+    assert "velocity" not in capsys.readouterr().out
+    greedy = jax.jit(lambda v, p, g: 0.9 * v + g, donate_argnums=(0, 2))  # grads: requested, JAX cannot use it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(checks.CheckFailed, match=r"^step asks to donate grads, but the caller reads it again"):
+            checks.expect_kept("step", greedy, args, names, kept=["params", "grads"])
+    with pytest.raises(checks.CheckFailed, match="no output is in the buffer of any argument"):
+        checks.expect_in_place("step", jax.jit(lambda v, p, g: 0.9 * v + g), args, argnum=None)
+
+
+def test_a_failed_check_shows_its_message_and_no_traceback_in_a_real_kernel():
+    """IPython renders CheckFailed through _render_traceback_: the error
+    output's traceback is the message (and hint), nothing of checks.py."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import jax.numpy as jnp\nfrom donation_lab import checks"),
+        nbformat.v4.new_code_cell("checks.expect_allclose('f(x)', jnp.array([0.5, 2.0]), [0.525, 2.0], hint='h')"),
+        nbformat.v4.new_code_cell("checks.require('never_defined')"),
+    ])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    first, second = (next(o for o in c.outputs if o.output_type == "error") for c in nb.cells[1:])
+    assert first.ename == "CheckFailed"
+    assert first.traceback == ["f(x): expected [0.525, 2.0], got [0.5, 2.0].", "Hint: h"]
+    assert first.evalue == "\n".join(first.traceback)
+    assert second.traceback[0].startswith("Not answered yet: `never_defined` is not defined.")
+    assert len(second.traceback) == 1

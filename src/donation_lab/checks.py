@@ -12,7 +12,44 @@ PUBLIC_ONLY = "public check only"
 
 
 class CheckFailed(AssertionError):
-    """A self-check failed; the message is meant for the learner."""
+    """A self-check failed; the message is meant for the learner.
+
+    IPython shows an exception through its `_render_traceback_` when it has
+    one: the notebook shows the message (and hint) alone, never a traceback
+    through this module. The grading feedback shows the same message."""
+
+    def _render_traceback_(self) -> list:
+        return str(self).splitlines() or [type(self).__name__]
+
+
+def _float_text(x, dtype) -> str:
+    """The shortest decimal that reads back as `x` in `dtype`: a float32 0.525
+    is 0.525, not 0.5249999761581421 (its float64 value)."""
+    value = float(x)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    for digits in range(1, 18):
+        text = repr(float(f"{value:.{digits}g}"))
+        if np.asarray(float(text)).astype(dtype) == np.asarray(x, dtype):
+            return text
+    return repr(value)
+
+
+def show(value) -> str:
+    """`value` as a check prints it: arrays and NumPy scalars element by
+    element at their dtype's precision, anything else as repr()."""
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(show(item) for item in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        return repr(value)
+    if value.ndim:
+        return "[" + ", ".join(show(item) for item in value) + "]"
+    if value.dtype.kind == "f" or "float" in value.dtype.name:  # bfloat16 is a float of kind 'V'
+        return _float_text(value[()], value.dtype)
+    return repr(value.item())
 
 
 def passed(what: str) -> None:
@@ -20,7 +57,7 @@ def passed(what: str) -> None:
 
 
 def fail(what: str, expected, got, hint: str = "") -> None:
-    lines = [f"{what}: expected {expected!r}, got {got!r}."]
+    lines = [f"{what}: expected {show(expected)}, got {show(got)}."]
     if hint:
         lines.append(f"Hint: {hint}")
     raise CheckFailed("\n".join(lines))
@@ -39,10 +76,10 @@ def expect_equal(what: str, got, expected, hint: str = "", reveal: bool = True) 
     and shown the hint, never the expected value."""
     if not isinstance(got, type(expected)) or got != expected:
         if not reveal:
-            raise CheckFailed(f"{what}: {got!r} is not right yet (the answer is not shown, so you "
+            raise CheckFailed(f"{what}: {show(got)} is not right yet (the answer is not shown, so you "
                               "can try again)." + (f"\nHint: {hint}" if hint else ""))
         fail(what, expected, got, hint)
-    passed(f"{what} is {expected!r}")
+    passed(f"{what} is {show(expected)}")
 
 
 def expect_allclose(what: str, got, expected, hint: str = "", rtol: float = 1e-6) -> None:
@@ -58,8 +95,8 @@ def expect_allclose(what: str, got, expected, hint: str = "", rtol: float = 1e-6
     if got_np.shape != expected_np.shape:
         fail(f"{what} has the wrong shape", expected_np.shape, got_np.shape, hint)
     if not np.allclose(got_np, expected_np, rtol=rtol, atol=0):
-        fail(what, expected_np.tolist(), got_np.tolist(), hint)
-    passed(f"{what} gives {expected_np.tolist()}")
+        fail(what, expected_np, got_np, hint)
+    passed(f"{what} gives {show(expected_np)}")
 
 
 def expect_deleted(what: str, array, hint: str = "") -> None:
@@ -89,21 +126,25 @@ def _owned_copy(a):
     return jnp.copy(jnp.asarray(a))
 
 
-def expect_in_place(what: str, fn, args, argnum: int = 0, hint: str = "") -> None:
+def expect_in_place(what: str, fn, args, argnum: int | None = 0, hint: str = "") -> None:
     """Pass when `fn(*args)` writes its result into the buffer of argument
-    `argnum`: the donation was used, which a deleted input alone does not show
-    (`x.delete()` deletes too, and saves nothing). Runs on fresh copies of
-    `args`, so the caller's arrays are left as they are."""
+    `argnum` (with argnum=None: of any argument): the donation was used, which
+    a deleted input alone does not show (`x.delete()` deletes too, and saves
+    nothing). Runs on fresh copies of `args`, so the caller's arrays are left
+    as they are."""
     import jax
 
     fresh = [_owned_copy(a) for a in args]
-    before = fresh[argnum].unsafe_buffer_pointer()
+    which = range(len(fresh)) if argnum is None else [argnum]
+    before = {fresh[i].unsafe_buffer_pointer() for i in which}
     out = jax.block_until_ready(fn(*fresh))
-    if before not in _pointers(out):
-        raise CheckFailed(f"{what}: no output is in the buffer of argument {argnum}, so no buffer was reused "
+    where = "of any argument" if argnum is None else f"of argument {argnum}"
+    if not before & _pointers(out):
+        raise CheckFailed(f"{what}: no output is in the buffer {where}, so no buffer was reused "
                           "(a deleted input is not enough: the memory is only saved when the result takes "
                           "its place)." + (f"\nHint: {hint}" if hint else ""))
-    passed(f"{what} puts its result in the buffer of argument {argnum} (the donation was used)")
+    passed(f"{what} puts its result in the buffer {'of an argument' if argnum is None else where} "
+           "(the donation was used)")
 
 
 def require(*names: str) -> None:
@@ -168,11 +209,8 @@ def _observed_request(fn, *args, **kwargs):
     return tuple(requested(a) for a in pos), {k: requested(v) for k, v in kw.items()}
 
 
-def expect_donation_request(what: str, fn, args, names, donated, hint: str = "") -> None:
-    """Pass when `fn`, called with positional `args` (named `names`), asks to
-    donate exactly the arguments in `donated`. Unlike is_deleted(), this also
-    catches a donation that JAX requested but could not use (the array then
-    stays alive, with only a warning)."""
+def _requested(what: str, fn, args, names, hint: str) -> list:
+    """The names of the positional `args` (named `names`) that `fn` asks to donate."""
     positional, _ = donation_request(fn, *args)
     if len(positional) != len(names):
         # jit leaves static arguments out of what it lowers: pairing the
@@ -180,7 +218,28 @@ def expect_donation_request(what: str, fn, args, names, donated, hint: str = "")
         expect_true(f"arguments {what} asks to donate", False,
                     f"it takes {len(positional)} array arguments, not {len(names)} ({', '.join(names)}): "
                     "is one of them static (static_argnums)? A static argument is never donated.", hint)
-    requested = [name for name, flag in zip(names, positional, strict=True) if flag]
+    return [name for name, flag in zip(names, positional, strict=True) if flag]
+
+
+def expect_donation_request(what: str, fn, args, names, donated, hint: str = "") -> None:
+    """Pass when `fn`, called with positional `args` (named `names`), asks to
+    donate exactly the arguments in `donated`. Unlike is_deleted(), this also
+    catches a donation that JAX requested but could not use (the array then
+    stays alive, with only a warning)."""
+    requested = _requested(what, fn, args, names, hint)
     if sorted(requested) != sorted(donated):
         fail(f"arguments {what} asks to donate", sorted(donated), sorted(requested), hint)
     passed(f"{what} asks to donate exactly {sorted(donated)}")
+
+
+def expect_kept(what: str, fn, args, names, kept, hint: str = "") -> None:
+    """Pass when `fn` asks to donate none of `kept`: the arguments its caller
+    reads again after the call (a request JAX could not use counts too). The
+    check names what must be kept, never what should be donated."""
+    wrong = sorted(set(_requested(what, fn, args, names, hint)) & set(kept))
+    if wrong:
+        listed = " and ".join(wrong)
+        raise CheckFailed(f"{what} asks to donate {listed}, but the caller reads "
+                          f"{'it' if len(wrong) == 1 else 'them'} again after the call."
+                          + (f"\nHint: {hint}" if hint else ""))
+    passed(f"{what} donates none of {', '.join(kept)}, which the caller reads again")
