@@ -24,7 +24,7 @@ import html
 
 from .memory import MiB, compare_donation, elements_for_mib
 
-__all__ = ["memory_explorer", "MemoryExplorer"]
+__all__ = ["memory_explorer", "MemoryExplorer", "chart_figure"]
 
 
 class MemoryExplorer:
@@ -120,32 +120,41 @@ class MemoryExplorer:
         import io
 
         from IPython.display import Image
-        from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(6, 2.8))
-        ax = fig.subplots()
-        steps = range(1, without.steps + 1)
-        for m, colour in ((without, "tab:red"), (with_, "tab:green")):
-            values = [b / MiB for b in m.extra_per_step]
-            ax.plot(steps, values, marker="o", color=colour,
-                    linewidth=3 if m is chosen else 1,
-                    label=f"{'with' if m.donate else 'without'} donation")
-            for step, value in zip(steps, values, strict=True):  # every point carries its value, zero included
-                ax.annotate(f"{value:.1f}", (step, value), textcoords="offset points", xytext=(0, 5),
-                            ha="center", fontsize=7, color=colour,
-                            fontweight="bold" if m is chosen else "normal")
-        ax.axhline(without.array_bytes / MiB, color="grey", linestyle=":", label="one params array")
-        ax.set_xlabel("step")
-        ax.set_ylabel("MiB above live arrays")
-        ax.set_title(f"Peak extra memory per step ({without.measure})", fontsize=10)
-        ax.set_xticks(list(steps))
-        ax.set_ylim(bottom=-0.05 * without.array_bytes / MiB)
-        ax.legend(loc="center right", fontsize=8)
-        fig.tight_layout()
         png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=80)
+        chart_figure(without, with_, chosen).savefig(png, format="png", dpi=80)
         self.chart.outputs = ()
         self.chart.append_display_data(Image(data=png.getvalue(), format="png"))
+
+
+def chart_figure(without, with_, chosen):
+    """The explorer's chart: MiB above the live arrays per step, both loops,
+    every point with its value, and a line at one params array."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 2.8))
+    ax = fig.subplots()
+    steps = range(1, without.steps + 1)
+    one_array = without.array_bytes / MiB
+    top = one_array
+    for m, colour in ((without, "tab:red"), (with_, "tab:green")):
+        values = [b / MiB for b in m.extra_per_step]
+        top = max(top, *values)
+        ax.plot(steps, values, marker="o", color=colour, linewidth=3 if m is chosen else 1,
+                label=f"{'with' if m.donate else 'without'} donation")
+        for step, value in zip(steps, values, strict=True):  # every point carries its value, zero included
+            ax.annotate(f"{value:.1f}", (step, value), textcoords="offset points", xytext=(0, 5),
+                        ha="center", fontsize=7, color=colour, fontweight="bold" if m is chosen else "normal")
+    ax.axhline(one_array, color="grey", linestyle=":", label="one params array")
+    ax.set_xlabel("step")
+    ax.set_ylabel("MiB above live arrays")
+    ax.set_title(f"Peak extra memory per step ({without.measure})", fontsize=10)
+    ax.set_xticks(list(steps))
+    ax.set_xlim(0.5, without.steps + 0.5)  # room beside the first and last values
+    ax.set_ylim(-0.08 * top, 1.35 * top)  # room above the highest value for its label
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)  # beside: no value under it
+    fig.tight_layout()
+    return fig
 
 
 def memory_explorer(size_mib: int = 64, steps: int = 3, donate: bool = True, results: dict | None = None):

@@ -15,6 +15,15 @@ the backend, and the result says which (`measure`):
   loop by writing "5" to `/proc/self/clear_refs`).
 - GPU/TPU: the device allocator's `peak_bytes_in_use` from
   `device.memory_stats()`.
+
+So that the numbers count arrays and not an allocator's caching, the
+measuring process has glibc map every buffer of 1 MiB or more on its own and
+unmap it when freed (`MALLOC_MMAP_THRESHOLD_`), and before each step the loop
+waits (at most a second) until memory is back to the live arrays: the
+previous step's old `params` is handed back in the background, and would
+otherwise be counted in the next step's peak. Without these, a step shows 100%
+to 200% of one array on CPU, depending on the size and on timing; with them,
+each step shows what it needs: one array without donation, nothing with it.
 """
 from __future__ import annotations
 
@@ -22,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 
 MiB = 2 ** 20
@@ -29,7 +39,7 @@ RSS_MEASURE = "process peak RSS (CPU)"
 DEVICE_MEASURE = "device peak_bytes_in_use (GPU)"
 
 __all__ = ["LoopMeasurement", "measure_loop", "compare_donation", "peak_rss_bytes",
-           "current_rss_bytes", "reset_peak_rss", "pick_meter", "elements_for_mib"]
+           "current_rss_bytes", "reset_peak_rss", "pick_meter", "elements_for_mib", "settle"]
 
 
 def _status_bytes(key: str) -> int | None:
@@ -169,6 +179,7 @@ def run_loop_here(n_elements: int, steps: int, donate: bool, meter=None) -> Loop
     live = meter.current()
     extra = []
     for _ in range(steps):
+        settle(meter, live)
         meter.reset()
         params = compiled(params, grads)
         params.block_until_ready()
@@ -178,6 +189,15 @@ def run_loop_here(n_elements: int, steps: int, donate: bool, meter=None) -> Loop
                            array_bytes=array_bytes, live_bytes=max(0, live - before),
                            extra_per_step=extra, measure=meter.measure,
                            backend=jax.default_backend())
+
+
+def settle(meter, live: int, slack: int = MiB // 4, timeout: float = 1.0) -> None:
+    """Wait until the memory in use is back to `live` (within `slack`), or
+    `timeout` seconds have passed: a buffer freed by the last step (the old
+    `params` of a loop without donation) is released in the background."""
+    deadline = time.monotonic() + timeout
+    while meter.current() > live + slack and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _child_command(n_elements: int, steps: int, donate: bool) -> list:
@@ -192,6 +212,9 @@ def _child_env() -> dict:
     env = dict(os.environ)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the src/ folder
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # glibc: buffers of 1 MiB or more are mapped on their own and unmapped when
+    # freed, so the resident size follows the arrays (see the module's docstring).
+    env["MALLOC_MMAP_THRESHOLD_"] = env["MALLOC_TRIM_THRESHOLD_"] = str(MiB)
     return env
 
 

@@ -4,14 +4,19 @@ compiled programs (nothing is made up):
 - `draw_buffers(ax, title, rows)`: the buffers a call used, one box per
   distinct buffer address, each labelled with the names that point to it and
   crossed out when deleted (lesson 1: before and after donation);
+- `draw_peaks(results)`: the measured peak above the live arrays, one bar
+  per loop, against one params array (lesson 1, from `compare_donation`);
 - `draw_matching(fn, *args)`: the donated inputs on the left, the outputs on
   the right, and an arrow for every reuse the compiled program makes, marked
   pass 1 (same shape and dtype) or pass 2 (same element count and bytes)
   (lesson 3). It lowers and compiles `fn` only: nothing runs or is donated.
+
+Every label lies inside its axes and every text inside its figure
+(tests/test_figure_text.py).
 """
 from __future__ import annotations
 
-__all__ = ["buffer_rows", "draw_buffers", "matching_pairs", "draw_matching"]
+__all__ = ["buffer_rows", "draw_buffers", "draw_peaks", "matching_pairs", "draw_matching"]
 
 PASS_COLOURS = {1: "tab:blue", 2: "tab:orange"}
 
@@ -49,6 +54,28 @@ def draw_buffers(ax, title: str, rows: list, addresses: dict | None = None):
     ax.set_axis_off()
     ax.set_title(f"{title}: {len(boxes)} buffer{'s' if len(boxes) != 1 else ''}", fontsize=9)
     return len(boxes)
+
+
+def draw_peaks(results: dict, ax=None):
+    """Bars of the peak memory above the live arrays, without and with
+    donation ({False: LoopMeasurement, True: LoopMeasurement}), each with its
+    value (a zero-height bar too), and a line at one params array."""
+    import matplotlib.pyplot as plt
+
+    mib = 2 ** 20
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 2.5), layout="constrained")
+    without, with_ = results[False], results[True]
+    values = [without.extra_peak_bytes / mib, with_.extra_peak_bytes / mib]
+    one_array = without.array_bytes / mib
+    bars = ax.bar(["without donation", "with donation"], values, color=["tab:red", "tab:green"])
+    ax.bar_label(bars, fmt="%.1f MiB", padding=2)
+    ax.axhline(one_array, color="grey", linestyle=":", label="one params array")
+    ax.set_ylim(0, 1.3 * max(*values, one_array))  # room above the tallest bar for its label
+    ax.set_ylabel("peak MiB above live arrays")
+    ax.set_title(without.measure, fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    return ax
 
 
 def matching_pairs(fn, *args, **kwargs) -> dict:
