@@ -114,9 +114,14 @@ def kill_all(procs) -> None:
 
 
 def grading_processes(cluster: Cluster) -> list[psutil.Process]:
-    """The workers' grading processes and their kernels (not dask's own processes)."""
-    return [p for p in cluster.ours()
-            if any(k in " ".join(_cmdline(p)) for k in ("grader_process", *KERNEL_WORDS))]
+    """The workers' grading processes and their kernels (not dask's own processes, nor a worker's zygote)."""
+    return [p for p in cluster.ours() if _name(p) != "dl-zygote"  # the worker's pre-imported grader stays
+            and any(k in " ".join(_cmdline(p)) for k in ("grading.zygote", *KERNEL_WORDS))]
+
+
+def scratch_folders(cluster: Cluster, name: str) -> list[Path]:
+    """The /tmp folders of a worker's grading processes (each logs beside the worker, under that name)."""
+    return [Path("/tmp") / p.stem.removeprefix("grader-") for p in (cluster.folder / name).rglob("grader-dlc-*.log")]
 
 
 def kernels_of(cluster: Cluster, name: str) -> list[psutil.Process]:
@@ -125,6 +130,13 @@ def kernels_of(cluster: Cluster, name: str) -> list[psutil.Process]:
     except psutil.Error:
         return []
     return [p for p in tree if any(k in " ".join(_cmdline(p)) for k in KERNEL_WORDS)]
+
+
+def _name(p) -> str:
+    try:
+        return p.name()
+    except psutil.Error:
+        return ""
 
 
 def _cmdline(p) -> list[str]:
@@ -264,7 +276,7 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
             run.kill()
     wait_for(lambda: not grading_processes(cluster), 20,
              lambda: f"the grading processes and kernels to go: {describe(grading_processes(cluster))}")
-    scratch = [Path("/tmp") / p.stem.removeprefix("grader-") for p in cluster.folder.rglob("grader-dlc-*.log")]
+    scratch = scratch_folders(cluster, "w1") + scratch_folders(cluster, "w2")
     assert scratch and not [s for s in scratch if s.exists()], "a grading process's scratch folder is left"
     for name in ("w1", "w2"):
         assert not list((cluster.folder / name).rglob("submitted/*")), "a student's files are left on a worker"
@@ -301,6 +313,7 @@ def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpu
         assert any(f"student={student} worker={survivor}" in ln for ln in lines), lines
     wait_for(lambda: not grading_processes(cluster), 20,
              lambda: f"the killed worker's grading process and kernels to go: {describe(grading_processes(cluster))}")
+    assert not [s for s in scratch_folders(cluster, "w1") if s.exists()], "the killed worker's scratch is left"
 
 
 def _lines_so_far(course: Path) -> list[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bundle, grader_process
+from .zygote import zygote
 
 LOG_TAIL = 64 << 10  # at most this much of a student's stretch of the grading log goes back
 
@@ -56,6 +57,11 @@ def _admit(client: dict, digest: str, sandbox: bool, dask_worker) -> dict:
         return {"needs_bundle": True}
     if tar is not None:
         bundle.unpack(tar, course_dir(dask_worker, digest))
+    return _admitted(dask_worker)
+
+
+def _admitted(dask_worker) -> dict:
+    zygote(dask_worker.local_directory)  # its imports start now, while the first tasks come
     return {"threads": dask_worker.state.nthreads}
 
 
@@ -70,7 +76,7 @@ def _install(digest: str, data: bytes, dask_worker) -> dict:
     except ValueError as exc:
         return {"refused": str(exc)}
     bundle.unpack(tar, course_dir(dask_worker, digest))
-    return {"threads": dask_worker.state.nthreads}
+    return _admitted(dask_worker)
 
 
 async def install(digest: str, data: bytes, dask_worker=None) -> dict:
@@ -139,7 +145,7 @@ def _grade(state: RunState, worker, digest: str, job, timeout: int, student: str
     folders = [course / top / student for top in ("submitted", "autograded", "feedback")]
     try:
         grader = state.graders.get(threading.get_ident())
-        if grader is None or grader.proc.poll() is not None:
+        if grader is None or not grader.alive():
             if grader is not None:
                 grader_process.stop(grader, kill=True)
             grader = state.graders[threading.get_ident()] = grader_process.start(course, job, worker.local_directory)

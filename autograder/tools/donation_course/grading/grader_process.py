@@ -1,74 +1,60 @@
-"""A grading process of a cluster worker, and the task thread's handle on it.
+"""The grading processes of a cluster worker, and a task thread's handle on one.
 
 worker.py's grading sets os.environ and chdir's, and the local pool forks
 only from a one-thread process: neither fits a dask worker, which runs its
-tasks on threads. So each task thread drives a grading process of its own,
-`python -m donation_course.grading.grader_process` (a subprocess, not
-multiprocessing: a nanny's worker is a daemonic process, which may not
-have multiprocessing children), started on a run's first task there and
-reused for its next ones: worker.py's `serve` in it (one NbGraderAPI, a
-private gradebook copy, each kernel sandboxed by kernel.py as locally),
-dying with the dask worker. Its scratch folder (sockets, kernelspec,
-gradebook copy) is in /tmp, named to the dask worker's pid.
+tasks on threads. So each task thread drives a grading process of its own
+(worker.py's `serve`: one NbGraderAPI, a private gradebook copy, each kernel
+sandboxed by kernel.py as locally), forked by the worker's zygote
+(zygote.py) on a run's first task there and reused for its next ones. Its
+scratch folder (sockets, kernelspec, gradebook copy) is in /tmp, named to
+the dask worker's pid.
 """
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from .compile_cache import FOLDER as CACHE
+from .zygote import kill_tree, zygote
 
 SCRATCH_PREFIX = "dlc-"  # in /tmp: a kernel's socket path has at most 107 bytes
 OWNER = "owner-pid"      # in a scratch folder: the dask worker process it belongs to
 RSS_EVERY = 0.25         # seconds between samples of the grading process tree's memory
-IDLE_EXIT = 600          # a grading process that waits this long for a student exits (its client vanished)
 READY_WITHIN = 300       # seconds a grading process may take to start
 
 
 @dataclass
 class Grader:
-    proc: subprocess.Popen
+    pid: int
     conn: Connection
     scratch: Path
     log: Path
 
-
-def kill_tree(proc: subprocess.Popen | None, pid: int | None = None) -> None:
-    """Kill a grading process and everything under it (its kernels)."""
-    import psutil
-
-    pid = proc.pid if proc is not None else pid
-    try:
-        procs = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        procs = []
-    for p in procs:
+    def alive(self) -> bool:
         try:
-            p.kill()
-        except psutil.Error:
-            pass
-    if proc is not None:
-        proc.kill()
-        proc.wait()
+            os.kill(self.pid, 0)  # the zygote reaps its children at once: a dead one's pid is gone
+            return True
+        except OSError:
+            return False
 
 
 def stop(grader: Grader, kill: bool) -> None:
     if not kill:
         try:
             grader.conn.send(None)
-            grader.proc.wait(10)
-        except (OSError, subprocess.TimeoutExpired):
+            deadline = time.monotonic() + 10
+            while grader.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except OSError:
             pass
-    kill_tree(grader.proc)
+    kill_tree(grader.pid)
     grader.conn.close()
     shutil.rmtree(grader.scratch, ignore_errors=True)
 
@@ -103,34 +89,36 @@ def start(course: Path, job, local_directory: str) -> Grader:
     job = replace(job, course=str(course), db=str(scratch / "worker.db"), log=str(log), tmp=str(scratch / "w"),
                   kernel=replace(job.kernel, compile_cache=str(cache)),
                   kernel_dir=str(make_kernelspec(scratch / "jupyter", sys.executable)))
-    parent, child = Pipe()
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", __name__, str(child.fileno()), str(os.getpid())],
-                                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, env=env)
-    child.close()
-    grader = Grader(proc, parent, scratch, log)
+    grader = Grader(0, None, scratch, log)
     try:
-        parent.send(job)
-        if not parent.poll(READY_WITHIN):
+        grader.pid, grader.conn = zygote(local_directory).fork(job)
+        if not grader.conn.poll(READY_WITHIN):
             raise EOFError
-        parent.recv()  # ("ready", None)
+        grader.conn.recv()  # ("ready", None)
     except (EOFError, OSError):
-        stop(grader, kill=True)
+        if grader.conn is not None:
+            stop(grader, kill=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
         raise RuntimeError(f"the grading process could not start: {(lines or ['no output'])[-1][:300]}") from None
     return grader
 
 
 def tree_rss(pid: int) -> int:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
-    except psutil.Error:
-        return 0
+    """Resident bytes of `pid` and its descendants, read from /proc/PID/task/*/children: a few small
+    reads per process of the tree, not a scan of every process on the machine (psutil's children())."""
+    total, todo, page = 0, [pid], os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        proc = f"/proc/{todo.pop()}"
+        try:
+            with open(f"{proc}/statm") as fh:
+                total += int(fh.read().split()[1]) * page
+            for task in os.listdir(f"{proc}/task"):
+                with open(f"{proc}/task/{task}/children") as fh:
+                    todo += [int(child) for child in fh.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return total
 
 
 def wait(grader: Grader, student: str, timeout: int, stopped: Callable[[], bool]):
@@ -148,44 +136,6 @@ def wait(grader: Grader, student: str, timeout: int, stopped: Callable[[], bool]
         if stopped():
             return None, None, peak
         if time.monotonic() > deadline:
-            kill_tree(grader.proc)
+            kill_tree(grader.pid)
             return StudentResult.timed_out(student, timeout), None, peak
-        peak = max(peak, tree_rss(grader.proc.pid))
-
-
-class MeasuredConnection:
-    """serve()'s pipe to the task: waits at most IDLE_EXIT for a student, and
-    adds the core-seconds (this process and its reaped kernels) of each one to its result."""
-
-    def __init__(self, conn: Connection):
-        self.conn, self.start = conn, 0.0
-
-    @staticmethod
-    def cpu() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def recv(self):
-        if not self.conn.poll(IDLE_EXIT):
-            return None
-        message = self.conn.recv()
-        self.start = self.cpu()
-        return message
-
-    def send(self, message) -> None:
-        if message[0] == "done":
-            message = (*message, {"cpu": self.cpu() - self.start})
-        self.conn.send(message)
-
-
-def main(fd: int, parent: int) -> None:
-    """The grading process: worker.py's serve, which dies with its parent (the dask worker) and its
-    kernels with it (bwrap --die-with-parent)."""
-    from .worker import serve
-
-    conn = Connection(fd)
-    serve(MeasuredConnection(conn), conn.recv(), parent)
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+        peak = max(peak, tree_rss(grader.pid))
