@@ -93,15 +93,16 @@ def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not
 
 # --- inside a grading kernel -------------------------------------------------------
 
-def run_in_sandbox(tmp_path, code, cache=None):
+def run_in_sandbox(tmp_path, code, cache=None, trusted=()):
     """Start one grading kernel the way a worker does (kernelspec, ipc,
     scratch folder, the compile cache `cache` if given) with its working
-    folder in a course, run `code` (one cell's source, or a list of cells),
-    return (course, working folder, stdout: the outputs, then a line
-    'AUDIT <json>' with each kernel's audit records)."""
+    folder in a course, run `code` (one cell's source, or a list of cells;
+    those in `trusted` are the course's own), return (course, working
+    folder, stdout: the outputs, then a line 'AUDIT <json>' with each
+    kernel's audit records)."""
     script = tmp_path / "k.py"
     script.write_text(f"""
-import os, sys, tempfile
+import json, os, sys, tempfile
 from pathlib import Path
 from jupyter_client.manager import KernelManager
 from donation_course.grading.settings import GradingSettings
@@ -109,7 +110,9 @@ from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_stu
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
 from donation_course.grading.scan import ALLOWED_MODULES
-use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}, (), sorted(ALLOWED_MODULES)))
+from donation_course.grading.audit_log import parsed_digests
+trusted = sorted(set().union(set(), *(parsed_digests(s) for s in json.loads(sys.argv[3]))))
+use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}, trusted, sorted(ALLOWED_MODULES)))
 runtime = new_student_dir(Path(tmp) / "w0")
 km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
 km.ip = str(runtime / "kernel-ipc")
@@ -140,8 +143,8 @@ print("AUDIT " + json.dumps(audit))
     cwd.mkdir(parents=True)
     (cwd / "mine.txt").write_text("alice's file")
     cells = [code] if isinstance(code, str) else list(code)
-    r = subprocess.run([sys.executable, str(script), str(cwd), json.dumps(cells)], capture_output=True, text=True,
-                       timeout=180)
+    r = subprocess.run([sys.executable, str(script), str(cwd), json.dumps(cells), json.dumps(list(trusted))],
+                       capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     return course, cwd, r.stdout
 
@@ -441,6 +444,60 @@ def test_replacing_a_hidden_check_or_checks_through_a_namespace_is_a_tamper_reco
     course, cwd, out = run_in_sandbox(tmp_path / "b", rebind)
     tampers = [r for r in audit_of(out)[0]["records"] if r["kind"] == "tamper"]
     assert tampers and "checks (the notebook's name" in tampers[0]["what"][0], out[-2000:]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("family, code, seen", [
+    ("input transformer", "import typing\nshell = typing.stdlib_re.enum.bltns.get_ipython()\n"
+     "shell.input_transformers_post.append(lambda lines: [])", "shell.input_transformers_post"),
+    ("exception handler", "get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)",
+     "shell.custom_exceptions"),
+    ("stdout", "import sys\nclass Quiet:\n    def write(self, text):\n        return len(text)\n"
+     "    def flush(self):\n        pass\nkeep = sys.stdout\nsys.stdout = Quiet()", "sys.stdout"),
+    ("kernel method", "k = get_ipython().kernel\nk.do_execute = k.do_execute", "kernel.do_execute"),
+])
+def test_changing_how_cells_run_or_report_is_a_tamper_record(tmp_path, family, code, seen):
+    """Red-team: a transformer that blanks grade cells, a handler that hides
+    their errors, a stream that swallows output, a patched kernel method."""
+    course, cwd, out = run_in_sandbox(tmp_path, ["import jax", code, "x = 1", END])
+    tampers = [w for r in audit_of(out)[0]["records"] if r["kind"] == "tamper" for w in r["what"]]
+    assert any(seen in w for w in tampers), (family, tampers, out[-1500:])
+
+
+@needs_bwrap
+def test_code_built_through_a_library_and_forged_check_passes_are_seen(tmp_path):
+    """Red-team: compile reached through jax.tree.map (a library frame calls
+    it), and a check's pass announced by the learner instead of the check."""
+    cells = ["import jax\nimport typing\nc = typing.stdlib_re.enum.bltns.compile\n"
+             "jax.tree.map(c, ['1 + 1'], ['<lib>'], ['eval'])",
+             "import sys\nsys.audit('donation_lab.check', 'values')", END]
+    course, cwd, out = run_in_sandbox(tmp_path, cells)
+    assert any("compile of code built at run time" in e for e in events(out)), events(out)
+    assert any("announced by other code" in e for e in events(out)), events(out)
+
+
+@needs_bwrap
+def test_a_cell_is_the_courses_only_if_its_text_is_exactly_the_courses(tmp_path):
+    """The audit trusts a cell by the exact text IPython parses (SHA-256),
+    not by ipykernel's 32-bit name for it, so a one-character change (or a
+    crafted hash collision) makes it the learner's."""
+    course_cell = "import gc\nn = len(gc.get_objects()) > 0"
+    course, cwd, out = run_in_sandbox(tmp_path, [course_cell, course_cell + " ", END], trusted=[course_cell, END])
+    assert events(out) == ["gc.get_objects"], events(out)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("forgery", sorted(p.stem for p in corpus.FORGERIES.glob("*.cell")))
+def test_every_red_team_forgery_is_seen_at_run_time_too(tmp_path, forgery):
+    """Each forgery in the corpus is flagged by the static policy; here the
+    runtime audit alone, with the scan out of the way, sees each as well."""
+    setup = "import functools\nimport jax\nimport jax.numpy as jnp\nfrom donation_lab import checks"
+    graded = ("import donation_course.hidden.exercise as h\nfor f in (h.check_example, h.check_values):\n"
+              "    try:\n        f(update_with_donate)\n    except AssertionError as e:\n        print(e)")
+    answer = (corpus.FORGERIES / f"{forgery}.cell").read_text(encoding="utf-8")
+    course, cwd, out = run_in_sandbox(tmp_path, [setup, answer, graded, END], trusted=[setup, graded, END])
+    seen = [r for r in audit_of(out)[0]["records"] if r["kind"] in ("event", "tamper")]
+    assert seen, out[-3000:]
 
 
 @needs_bwrap

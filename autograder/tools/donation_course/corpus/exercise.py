@@ -103,6 +103,11 @@ CASES = {
     "unanswered":   ("@as-released", 0, "partial", "NotImplementedError"),
     "malformed":    ("@malformed-json", 0, "invalid", "not valid notebook JSON"),
 }
+# Forgeries written against the grader's source by a red-team pass (corpus/forgeries/*.cell): each
+# answer returns state * 0, and each earned 22/22 unflagged before the layers it now meets
+FORGERIES = Path(__file__).with_name("forgeries")
+CASES |= {f"forged-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf-8"), 0, "flagged", FLAG)
+          for path in sorted(FORGERIES.glob("*.cell"))}
 # Every case also answers the capstone right (build() fills it in), so it earns
 # the capstone's points too, except where nothing of the notebook can be graded:
 # a dead kernel, an unreadable file, the untouched release, and a flagged

@@ -27,7 +27,7 @@ import sys
 # event -> rule; the learner did it when its frame is the immediate caller (DIRECT) or anywhere (ANY)
 DIRECT, ANY = "direct", "any"
 RULES = {
-    "exec": DIRECT, "compile": DIRECT, "code.__new__": DIRECT, "function.__new__": DIRECT,
+    "exec": ANY, "compile": ANY, "code.__new__": ANY, "function.__new__": ANY,
     "sys._getframe": DIRECT, "object.__getattr__": DIRECT, "object.__setattr__": DIRECT,
     "object.__delattr__": DIRECT,
     "pickle.find_class": ANY, "marshal.loads": ANY, "marshal.load": ANY, "sys.settrace": ANY,
@@ -41,8 +41,15 @@ RULES = {
     "os.chown": ANY, "os.link": ANY, "os.symlink": ANY, "shutil.rmtree": ANY, "mmap.__new__": ANY,
     "open": ANY, "import": ANY,
 }
-# Modules whose code runs code it is given: exec/compile inside them counts as the learner's too
-RUNNERS = ("code", "codeop", "runpy", "pdb", "bdb", "doctest", "timeit", "pickle", "copyreg")
+CODE_EVENTS = ("exec", "compile", "code.__new__", "function.__new__")
+# Modules that exec code they generate themselves: the only ones whose code events under a learner frame pass
+GENERATORS = ("dataclasses", "collections", "typing", "enum")
+CHECK_EVENT = "donation_lab.check"  # raised by hidden/safe.py's ok() as a check passes
+# Event callbacks a library registers on its own behalf (matplotlib's inline backend flushes figures)
+LIBRARY_CALLBACKS = ("matplotlib_inline", "matplotlib", "ipywidgets", "IPython", "ipykernel")
+BUILTINS = frozenset("""print len isinstance issubclass getattr setattr hasattr type super id repr str int float bool
+    list dict tuple set frozenset range sum min max abs all any sorted zip enumerate map filter iter next callable
+    compile exec eval open __import__ Exception AssertionError RuntimeError ValueError TypeError""".split())
 # File-system events, judged by the path they name (args[0], and args[1] for rename/link/symlink)
 PATH_EVENTS = ("os.truncate", "os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.link", "os.symlink",
                "shutil.rmtree")
@@ -85,7 +92,10 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
     cell_name = re.compile(r"/ipykernel_\d+/(\d+)\.py$").search
     shot = snapshot(modules)
     checks_module = shot["donation_lab.checks"][0]
-    state = {"busy": False, "seq": 0, "cell": "", "user_ns": None}
+    ok_code = shot["donation_course.hidden.safe"][3]["ok"][0]
+    run_code = shot["donation_course.hidden.exercise"][2]["check_values"].__code__  # @check's wrapper
+    state = {"busy": False, "seq": 0, "cell": "", "user_ns": None, "shell": None, "session": None}
+    trusted_files = set()  # cells whose source, as IPython parsed it, is exactly one of the course's
     writable = (realpath(workdir), "/tmp", "/dev/null")
 
     def record(kind, **fields):
@@ -99,9 +109,25 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
     def learner(frame):
         """(cell hash, line) if `frame` runs learner code, else None."""
         found = cell_name(frame.f_code.co_filename)
-        if found and found.group(1) not in trusted:
+        if found and frame.f_code.co_filename not in trusted_files:
             return found.group(1), frame.f_lineno
         return None
+
+    def on_parse(args, frame):
+        """IPython parses a cell (its compile to an AST, no learner code running): trusted if its
+        text is exactly one of the course's cells (by SHA-256; the cell's name is a 32-bit hash)."""
+        source, filename = args[0], str(args[1])
+        if isinstance(source, (str, bytes)) and cell_name(filename) and frame.f_code.co_name == "ast_parse":
+            f = frame
+            while f is not None and not learner(f):
+                f = f.f_back
+            text = source if isinstance(source, bytes) else source.encode()
+            if f is None and sha256(text).hexdigest() in trusted:
+                trusted_files.add(filename)
+            else:
+                trusted_files.discard(filename)
+            if state["shell"] is not None:  # every cell but the first: compare before it runs
+                cell_starts(filename)
 
     def tampered():
         out = []
@@ -114,7 +140,32 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         user_ns = state["user_ns"]
         if user_ns is not None and "checks" in user_ns and user_ns["checks"] is not checks_module:
             out.append("checks (the notebook's name for donation_lab.checks)")
+        if state["session"] is not None:
+            now = session_state(state["shell"])
+            out += [f"{k} (the kernel's)" for k, v in state["session"].items() if now.get(k) != v]
+            out += [f"{k} (the kernel's, added)" for k in now.keys() - state["session"].keys()]
         return out
+
+    def session_state(shell):
+        """What decides which code a cell runs and where its output and errors go: IPython's
+        transformers, hooks and handlers, the kernel's and session's methods, sys's streams, builtins."""
+        import builtins
+
+        found = {f"sys.{k}": id(getattr(sys, k)) for k in ("stdout", "stderr", "displayhook")}
+        found |= {f"builtins.{k}": id(v) for k, v in vars(builtins).items() if k in BUILTINS}
+        for k in ("input_transformers_post", "input_transformers_cleanup", "ast_transformers", "custom_exceptions"):
+            found[f"shell.{k}"] = tuple(id(x) for x in getattr(shell, k, ()))
+        manager = shell.input_transformer_manager
+        for k in ("cleanup_transforms", "line_transforms", "token_transformers"):
+            found[f"shell.input_transformer_manager.{k}"] = tuple(id(x) for x in getattr(manager, k, ()))
+        for event, callbacks in shell.events.callbacks.items():  # a library's own (matplotlib's flush) may join
+            found[f"shell.events.{event}"] = tuple(id(c) for c in callbacks if not str(
+                getattr(c, "__module__", "") or "").startswith(LIBRARY_CALLBACKS))
+        for label, obj in (("shell", shell), ("kernel", shell.kernel), ("session", shell.kernel.session),
+                           ("transformer manager", manager)):  # a method shadowed on the instance
+            found |= {f"{label}.{k}": id(v) for k, v in vars(obj).items()
+                      if callable(v) and callable(getattr(type(obj), k, None))}
+        return found
 
     def on_cell(code, frame):
         """A notebook cell's code starts: check the snapshot first."""
@@ -122,8 +173,14 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         if not found or frame is None:
             return
         if state["user_ns"] is None and frame.f_code.co_name == "run_code":
-            state["user_ns"] = frame.f_locals["self"].user_ns  # the first cell: no learner code has run
-        if found.group(1) != state["cell"]:
+            shell = frame.f_locals["self"]  # the first cell: no learner code has run
+            state["user_ns"], state["shell"], state["session"] = shell.user_ns, shell, session_state(shell)
+        cell_starts(code.co_filename)
+
+    def cell_starts(filename):
+        """A cell is parsed or starts running: compare the snapshot once per cell."""
+        found = cell_name(filename)
+        if found and found.group(1) != state["cell"]:
             state["cell"] = found.group(1)
             changed = tampered()
             if changed:
@@ -139,7 +196,9 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         rule, caller = RULES[event], learner(frame)
         if event == "exec" and args and hasattr(args[0], "co_filename"):
             on_cell(args[0], frame)
-        if rule == DIRECT and event not in ("exec", "compile"):
+        if event == "compile" and len(args) > 1:
+            on_parse(args, frame)
+        if rule == DIRECT and event not in CODE_EVENTS:
             detail = f" {args[1]}" if len(args) > 1 and isinstance(args[1], str) else ""
             return (caller, event + detail) if caller else None
         if event in PATH_EVENTS and not any(outside(a) for a in args[:2] if isinstance(a, (str, bytes, int))):
@@ -173,15 +232,20 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             if any(c in mode for c in "wax+") and not text.startswith(writable):
                 return outer, f"writes {text}"
             return None
-        if event in ("exec", "compile"):
+        if event in CODE_EVENTS:
             entry = entry_frame(frame)
             if entry.f_globals.get("__name__", "").startswith(("IPython", "ipykernel")):  # the learner called IPython
                 if entry.f_code.co_name in ("run_line_magic", "run_cell_magic") and \
                         entry.f_locals.get("magic_name") in MAGICS_ALLOWED:
                     return None  # %time and %timeit compile the statement the scan read
-            elif caller is None and not module.startswith(RUNNERS):
-                return None
-            return outer, f"{event} of code built at run time"
+            elif caller is None and module.split(".")[0] in GENERATORS:
+                return None  # dataclasses, namedtuple... exec code they wrote themselves
+            elif caller is None and event == "compile" and module == "ast":
+                return None  # ast.parse: a tree, not code (compiling the tree is an event of its own)
+            elif caller is None and (module.startswith("importlib") or frame.f_code.co_filename.startswith(
+                    "<frozen importlib")) and library_code(event, args):
+                return None  # an import runs a module's code, from a file no submission can write
+            return outer, f"{event} of code built at run time" + (f" (in {module})" if caller is None else "")
         if event in SPAWNS and library_between(frame):
             return None  # a library the learner may use runs a helper (matplotlib's fc-list)
         return outer, event + (f" {os.fsdecode(args[0])}" if event in PATH_EVENTS and isinstance(args[0], str) else "")
@@ -193,6 +257,12 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             f = f.f_back
         return f
 
+    def library_code(event, args):
+        """The code of an import comes from an installed file, outside what a kernel may write."""
+        path = args[1] if event == "compile" and len(args) > 1 else getattr(args[0], "co_filename", "")
+        path = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
+        return path.startswith("/") and not realpath(path).startswith(writable)
+
     def library_between(frame):
         """An allowed library's frame lies between the event and the nearest learner frame."""
         f = frame
@@ -202,12 +272,25 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             f = f.f_back
         return False
 
+    def on_check(args, frame):
+        """A hidden check passed and is about to print its ✔ line (safe.ok): compare the snapshot
+        now, and sign the pass, if safe.ok called from @check's wrapper raised the event."""
+        if frame.f_code is not ok_code or frame.f_back is None or frame.f_back.f_code is not run_code:
+            record("event", cell=state["cell"], line=0, what="a check's pass was announced by other code")
+            return
+        changed = tampered()
+        if changed:
+            record("tamper", cell=state["cell"], what=changed[:20])
+        record("check", cell=state["cell"], name=str(args[0]) if args else "")
+
     def hook(event, args):
-        if event not in RULES or state["busy"]:
+        if state["busy"] or (event not in RULES and event != CHECK_EVENT):
             return
         state["busy"] = True
         try:
             frame = getframe(1)
+            if event == CHECK_EVENT:
+                return on_check(args, frame)
             verdict = judge(event, args, frame)
             if verdict is not None:
                 (cell, line), what = verdict

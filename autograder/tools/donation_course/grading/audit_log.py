@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections import Counter
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
@@ -30,21 +31,32 @@ HASH_SEED = 0xC70F6907  # ipykernel.compiler.get_tmp_hash_seed(): the name of a 
 
 
 def cell_hash(source: str) -> str:
+    """The name ipykernel gives a cell's code (a 32-bit hash of its source): to find a cell, not to trust it."""
     from ipykernel.compiler import murmur2_x86
 
     return str(murmur2_x86(source, HASH_SEED))
 
 
+def parsed_digests(source: str) -> set[str]:
+    """SHA-256 of the text IPython parses for a cell (after its input transformation; a one-line
+    cell passes IPython's prefilter, which may end it with one more newline)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    text = TransformerManager().transform_cell(source)
+    return {sha256(t.encode()).hexdigest() for t in (text, text.rstrip("\n") + "\n", text + "\n")}
+
+
 def trusted_cells(course: Course) -> list[str]:
+    """The course's own cells, as the audit recognises them (audit.py: by the exact text parsed)."""
     import nbformat
 
-    hashes = {cell_hash(END_SOURCE)}
+    sources = {END_SOURCE}
     for path in sorted(course.release.glob("*.ipynb")):
-        hashes |= {cell_hash(c.source) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"}
+        sources |= {c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"}
     for path in course.source_notebooks():
-        hashes |= {cell_hash(c.source) for c in nbformat.read(path, as_version=4).cells
-                   if c.cell_type == "code" and (is_grade(c) or is_locked(c))}
-    return sorted(hashes)
+        sources |= {c.source for c in nbformat.read(path, as_version=4).cells
+                    if c.cell_type == "code" and (is_grade(c) or is_locked(c))}
+    return sorted(set().union(*(parsed_digests(s) for s in sources)))
 
 
 class MarkNotebookEnd(NbGraderPreprocessor):
@@ -61,6 +73,19 @@ class DropNotebookEnd(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         nb.cells = [c for c in nb.cells if c.get("id") != END_ID]
         return nb, resources
+
+
+def pass_lines(cell) -> Counter:
+    """{hidden check name: ✔ lines} in a grade cell's printed output."""
+    from donation_course.hidden.safe import NAMES
+
+    found = Counter()
+    for out in cell.get("outputs", []):
+        for line in out.get("text", "").splitlines() if out.get("output_type") == "stream" else []:
+            name = line[2:].split(": ", 1)[0] if line.startswith("\u2714 ") else None
+            if name in NAMES:
+                found[name] += 1
+    return found
 
 
 @dataclass(frozen=True)
@@ -87,13 +112,22 @@ def read_records(log: Path, key: bytes) -> tuple[list[dict], int]:
     return good, bad
 
 
-def kernel_flags(records: list[dict], bad: int, notebook: str, cells: dict[str, str]) -> list[AuditFlag]:
+def kernel_flags(records: list[dict], bad: int, notebook: str, cells: dict[str, str],
+                 passes: Counter | None = None) -> list[AuditFlag]:
+    """The flags one kernel's records give; `passes`: how many ✔ lines of each hidden check its
+    notebook's grade cells show (each must be a pass the check itself signed)."""
+    passes = passes or Counter()
     where = lambda r: f"{cells.get(r.get('cell', ''), 'a cell')} line {r.get('line', '?')}"  # noqa: E731
     flags = [AuditFlag(notebook, where(r), f"at run time: {r['what']}") for r in records if r["kind"] == "event"]
     flags += [AuditFlag(notebook, cells.get(r["cell"], "a cell"), "replaced the grader's checks: "
                         + ", ".join(r["what"])) for r in records if r["kind"] == "tamper"]
     if bad:
         flags.append(AuditFlag(notebook, "audit", f"{bad} line(s) written into the grader's audit channel"))
+    signed = Counter(r.get("name") for r in records if r["kind"] == "check")
+    for name, count in sorted(passes.items()):
+        if count > signed.get(name, 0):
+            flags.append(AuditFlag(notebook, "audit", f"the pass line of check {name!r} was printed "
+                                                      f"{count} time(s), {signed.get(name, 0)} by the check"))
     if not any(r["kind"] == "cell" and r["cell"] == cell_hash(END_SOURCE) for r in records):
         flags.append(AuditFlag(notebook, "audit", "the audit channel stopped before the notebook's end "
                                                   "(closed, redirected or the kernel died)"))
@@ -105,13 +139,15 @@ def read_audit(folder: Path, notebooks: dict[str, Path]) -> dict[str, list[Audit
     notebook), each log matched to the autograded notebook whose cells it ran."""
     import nbformat
 
-    cells = {}
+    cells, passes = {}, {}
     for name, path in notebooks.items():
-        found = {}
+        found, passes[name] = {}, Counter()
         if path.exists():
             for i, c in enumerate(nbformat.read(path, as_version=4).cells):
                 if c.cell_type == "code":
                     found.setdefault(cell_hash(c.source), f"cell {c.get('id') or i + 1}")
+                if c.cell_type == "code" and is_grade(c):
+                    passes[name] += pass_lines(c)
         cells[name] = found
     out: dict[str, list[AuditFlag]] = {}
     for log in sorted(folder.glob("audit-*.log")):
@@ -120,5 +156,6 @@ def read_audit(folder: Path, notebooks: dict[str, Path]) -> dict[str, list[Audit
         name = max(cells, key=lambda n: len(ran & set(cells[n])), default="")
         if name and not ran & set(cells[name]) and len(cells) > 1:
             name = "a notebook"  # its kernel ran no cell: which one it was is not known
-        out.setdefault(name, []).extend(kernel_flags(records, bad, name, cells.get(name, {})))
+        out.setdefault(name, []).extend(kernel_flags(records, bad, name, cells.get(name, {}),
+                                                     passes.get(name)))
     return {name: flags for name, flags in out.items() if flags}

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..course import Course
+from .lms import roster_fields
 from .result import StudentResult
 
 
@@ -88,7 +89,7 @@ def merge(gb, assignment: str, result: StudentResult, name: str = "") -> None:
     automatic one, is marked for the instructor to look at again."""
     sid = result.student
     with one_transaction(gb):
-        gb.update_or_create_student(sid, **({"last_name": name} if name else {}))
+        gb.update_or_create_student(sid, **roster_fields(gb, sid, name))
         ts = result.timestamp
         gb.update_or_create_submission(assignment, sid, **({"timestamp": dt.datetime.fromisoformat(ts)} if ts else {}))
         for nbname, nb in result.notebooks.items():

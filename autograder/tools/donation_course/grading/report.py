@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..course import Course
 from .gradebook import open_gradebook
+from .messages import cap_hit
 from .result import Status, StudentResult, Summary
 from .state import write_atomic
 
@@ -49,7 +50,8 @@ def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str,
         if data is None or nb not in submitted:
             continue
         for cell, msg in data.solution_errors.items():
-            reasons.append(f"{nb}/{cell}: your code raised {msg.splitlines()[0][:240] if msg else 'an error'}")
+            first = msg.splitlines()[0][:240] if msg else "an error"
+            reasons.append(f"{nb}/{cell}: your code raised {first}{cap_hit(first)}")
         for g in data.grades:
             if not g.passed:
                 msg = (g.message or "failed").splitlines()[0].lstrip("\u2718 ")[:240]

@@ -40,6 +40,9 @@ from .worker import WorkerJob, make_kernelspec
 # socket's path has at most 107 bytes, and a user's TMPDIR may be deeper.
 SOCKET_TMP = "/tmp"
 BACKUPS_KEPT = 3
+# Kernels that fail to start for this many students before any starts: the grader stops (a broken sandbox
+# or environment), and records none of them rather than a column of zeros.
+INFRASTRUCTURE_PROOF = 3
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,9 @@ class Run:
         """Find every submission (before nbgrader runs: bad input fails in a moment)."""
         src = self.request.submissions
         self.found, _preset = collect(src.resolve() if src.exists() else src, self.course.notebooks,
-                                          self.course.assignment, workdir, lms=self.settings.lms or None,
-                                          regex=self.settings.name_regex or None)
+                                      self.course.assignment, workdir, lms=self.settings.lms or None,
+                                      regex=self.settings.name_regex or None, timezone=self.settings.timezone,
+                                      source=self.course.source)
         for line in self.found.notes:
             say(f"note: {line}")
         for line in self.found.problems:
@@ -174,11 +178,23 @@ class Run:
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
         self.start = time.monotonic()
+        held: list[StudentResult] = []  # kernels that never started, before any did: the grader's fault?
+        started = False
         try:
             with self.executor() as pool, contextlib.closing(pool.grade(self.gradable)) as results:
                 for result in results:
-                    self.on_result(result)
                     bar.update()
+                    if result.infrastructure and not started:
+                        held.append(result)
+                        if len(held) >= min(INFRASTRUCTURE_PROOF, len(self.gradable)):
+                            raise CourseError(
+                                f"grading kernels could not start for the first {len(held)} submission(s) "
+                                f"({held[-1].reasons[0]}; see {self.out / 'logs'}); nothing was recorded for them")
+                        continue
+                    started = True
+                    for waiting in [*held, result]:
+                        self.on_result(waiting)
+                    held = []
         finally:
             bar.close()
 
@@ -216,7 +232,7 @@ class Run:
 
     def write_reports(self) -> list[dict]:
         summaries = {sid: s.summary for sid, s in self.state.students.items()}
-        return write_reports(self.course, summaries, self.out, self.settings.canvas_column)
+        return write_reports(self.course, summaries, self.out, settings=self.settings)
 
 
 def require_sandbox(settings: GradingSettings) -> None:
@@ -230,12 +246,16 @@ def require_sandbox(settings: GradingSettings) -> None:
 
 
 def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
-    if not settings.scheduler:  # on a cluster, each worker's own sandbox is checked when it is admitted
+    if settings.scheduler:  # each worker's own sandbox is checked when it is admitted (cluster.py)
+        from .cluster import require_scheduler
+
+        require_scheduler(settings.scheduler)
+    else:
         require_sandbox(settings)
     run = Run(course, settings, request)
     with tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work, contextlib.ExitStack() as locked:
         run.collect(Path(work))  # bad input stops here, before anything in the course is written
-        locked.enter_context(run_lock(run.state_path.parent))
+        locked.enter_context(run_lock(run.state_path.parent, say))
         run.prepare()
         run.plan()
         run.stage()

@@ -1,5 +1,4 @@
 """Static scan of a submission before any kernel starts: a policy (what a learner's code MAY use), not a blocklist.
-
 Reads each learner-controlled code cell (not the release's locked and grade cells: nbgrader restores those) as the
 kernel runs it (IPython's transformation and automagic: `!ls`, `%env`, `system id` are `get_ipython()` calls) and
 flags what the policy (the data below, rules 1-7 in _Visitor) does not allow: the instructor grades those by hand."""
@@ -33,7 +32,8 @@ DENIED_ATTRS = {  # names never read (as attributes, through getattr, imported, 
            "load_module", "reaches the process or the machine"),
     **_why("""attrgetter methodcaller Formatter get_field vformat get_type_hints ForwardRef update_wrapper register
         switch_backend getp setp runstring rundocs decorate_methods getattr hasattr setattr delattr vars globals
-        locals dir exec eval breakpoint backend rc_file register_dataclass""",
+        locals dir exec eval breakpoint backend rc_file register_dataclass make_dataclass get_ipython bltns
+        stdlib_re __import__ input_transformers_post ast_transformers set_custom_exc user_ns run_cell""",
            "reflective access ({}: names or code given as data)"),
     **_why("""load loads read_array open_memmap memmap fromfile loadtxt genfromtxt read_pickle NpzFile DataSource
         Unpickler deserialize deserialize_and_load serialize_executable allow_pickle""",

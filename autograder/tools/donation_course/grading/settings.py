@@ -59,6 +59,8 @@ class GradingSettings(Configurable):
     max_processes = Int(256, help="Processes and threads of a sandboxed kernel (RLIMIT_NPROC).").tag(config=True)
     max_file_mb = Int(256, help="Largest file a kernel may write, in MiB (RLIMIT_FSIZE).").tag(config=True)
     max_output_bytes = Int(1 << 20, help="Stream and rich output one notebook may print.").tag(config=True)
+    disk_mb = Int(256, help="Size of a sandboxed kernel's working folder and of its /tmp, in MiB each.").tag(
+        config=True)
     sandbox = Bool(True, help="Run grading kernels in bubblewrap's sandbox.").tag(config=True)
     compile_cache = Bool(True, help="Let grading kernels read the course's JAX compile cache.").tag(config=True)
     # --- input and output
@@ -81,7 +83,7 @@ class GradingSettings(Configurable):
 
     def validate(self) -> None:
         """Raise ValueError naming the first setting out of range."""
-        for name in ("timeout", "memory_mb", "max_processes", "max_file_mb", "max_output_bytes"):
+        for name in ("timeout", "memory_mb", "max_processes", "max_file_mb", "max_output_bytes", "disk_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.workers < 0:
@@ -98,10 +100,11 @@ class GradingSettings(Configurable):
     def output_folder(self, course_root: Path) -> Path:
         return (Path(self.out) if self.out else course_root / ".grading").resolve()
 
-    def kernel(self, compile_cache: str) -> KernelSettings:
+    def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=()) -> KernelSettings:
         return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,
-                              max_file_bytes=self.max_file_mb << 20, sandbox=self.sandbox,
-                              compile_cache=compile_cache)
+                              max_file_bytes=self.max_file_mb << 20, disk_bytes=self.disk_mb << 20,
+                              sandbox=self.sandbox, compile_cache=compile_cache,
+                              trusted_cells=tuple(trusted_cells), allowed_modules=tuple(allowed_modules))
 
 
 @dataclass(frozen=True)
@@ -111,15 +114,20 @@ class KernelSettings:
     memory_mb: int
     max_processes: int
     max_file_bytes: int
+    disk_bytes: int   # each of the working folder's and /tmp's tmpfs
     sandbox: bool
     compile_cache: str  # the folder to read compiled programs from, or ""
+    trusted_cells: tuple = ()    # the course's own cells, by ipykernel's hash (audit_log.trusted_cells)
+    allowed_modules: tuple = ()  # what learner code may import (scan.ALLOWED_MODULES)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> KernelSettings:
-        return cls(**json.loads(text))
+        data = json.loads(text)
+        return cls(**{**data, "trusted_cells": tuple(data.get("trusted_cells", ())),
+                      "allowed_modules": tuple(data.get("allowed_modules", ()))})
 
     @classmethod
     def from_environment(cls) -> KernelSettings:

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import inspect
 import io
+import sys
 import warnings
 from typing import NoReturn
 
@@ -81,6 +82,8 @@ ExitStack, redirect_stderr, redirect_stdout = contextlib.ExitStack, contextlib.r
     contextlib.redirect_stdout
 StringIO = io.StringIO
 _signature, _wraps, _nothing = inspect.signature, functools.wraps, contextlib.nullcontext
+_audit = sys.audit  # captured: a learner may rebind sys.audit, not this
+NAMES: set[str] = set()  # every hidden check's name (@check): the audit matches their ✔ lines
 _setattr = builtins.setattr
 
 
@@ -103,7 +106,9 @@ def restore_helpers() -> list:
 
 
 def ok(check: str, message: str) -> None:
-    """Print the pass line of `check`."""
+    """Print the pass line of `check`, announced first to the grading kernel's audit (which
+    compares its snapshot of the checks now, and signs the pass: grading/audit.py)."""
+    _audit("donation_lab.check", check)
     print(f"\u2714 {check}: {message}")
 
 
@@ -126,6 +131,8 @@ def check(name: str, require: tuple | None = None, quiet: bool = False):
     check runs with warnings and stderr silenced (nbgrader zeroes a grade
     cell that writes to stderr).
     """
+    NAMES.add(name)
+
     def decorate(body):
         signature = _signature(body)
         bind = signature.bind
