@@ -30,7 +30,10 @@ def _limits(settings: KernelSettings) -> None:
 
 
 def _kernel(python: str, argv: list, audit: list) -> list:
-    """The kernel's command: ipykernel under the runtime audit (audit.py); -P keeps the working folder off sys.path."""
+    """The kernel's command: ipykernel under the runtime audit (audit.py) unless `audit` is empty (the
+    setting off); -P keeps the working folder off sys.path."""
+    if not audit:
+        return [python, "-P", "-m", "ipykernel_launcher", *argv]
     return [python, "-P", "-m", "donation_course.grading.audit", *audit, "--", *argv]
 
 
@@ -62,7 +65,7 @@ def inner(argv: list) -> None:
     from .sandbox import SANDBOX_UID, fill_working_folder
 
     nproc, rest = int(argv[1]), argv[2:]
-    audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]
+    audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]  # (no audit arguments: audit off)
     fill_working_folder(os.getcwd())
     if os.getuid() == 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -115,7 +118,7 @@ def main() -> None:
     _limits(settings)
     cwd = os.getcwd()
     argv = _connection(argv, runtime)
-    audit = _audit_channel(settings, student_dir)
+    audit = _audit_channel(settings, student_dir) if settings.audit else []
     cache = settings.compile_cache
     if not settings.sandbox:  # same environment, no sandbox: home, ipython and tmp files in the scratch folder
         scratch.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ class Cell:
 
 
 def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str, float], submitted: set[str],
-              files: str = "", name: str = "", sandbox: bool = True) -> Summary:
+              files: str = "", name: str = "", sandbox: bool = True, audit: bool = True) -> Summary:
     """The status and reasons of a freshly graded student: the result's own
     reasons, then each answer cell that raised and each check that lost
     points (with its learner message), then the notebooks not submitted."""
@@ -67,6 +67,8 @@ def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str,
         status = Status.OK.value if full else Status.PARTIAL.value
     if not sandbox:  # said on every row: these grades came from unsandboxed kernels
         reasons.insert(0, "sandbox off")
+    if not audit:
+        reasons.insert(0, "audit off")
     return Summary(status=status, reasons=reasons, files=files, name=name)
 
 

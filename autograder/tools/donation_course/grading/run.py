@@ -159,7 +159,7 @@ class Run:
             nb for nb in self.course.notebooks if (assignment / f"{nb}.ipynb").exists()}
         files = " ".join(f.rel for f in self.found.students.get(sid, {}).values())
         summary = summarize(result, self.course.notebooks, self.facts.max_scores, submitted, files=files,
-                            name=name, sandbox=self.settings.sandbox)
+                            name=name, sandbox=self.settings.sandbox, audit=self.settings.audit)
         if (sid in self.invalid or sid in self.found.student_problems) and summary.status == Status.OK.value:
             summary.status = Status.PARTIAL.value
         self.state.students[sid] = StudentState(hash=self.hashes.get(sid, ""), summary=summary)

@@ -62,6 +62,8 @@ class GradingSettings(Configurable):
     disk_mb = Int(256, help="Size of a sandboxed kernel's working folder and of its /tmp, in MiB each.").tag(
         config=True)
     sandbox = Bool(True, help="Run grading kernels in bubblewrap's sandbox.").tag(config=True)
+    audit = Bool(True, help="Run grading kernels under the runtime audit (audit.py); off only to measure "
+                 "its cost: every row then says 'audit off'.").tag(config=True)
     compile_cache = Bool(True, help="Let grading kernels read the course's JAX compile cache.").tag(config=True)
     # --- input and output
     lms = Unicode("", help="The export's file naming (a preset of presets.py; '' detects it).").tag(config=True)
@@ -103,7 +105,7 @@ class GradingSettings(Configurable):
     def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=()) -> KernelSettings:
         return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,
                               max_file_bytes=self.max_file_mb << 20, disk_bytes=self.disk_mb << 20,
-                              sandbox=self.sandbox, compile_cache=compile_cache,
+                              sandbox=self.sandbox, audit=self.audit, compile_cache=compile_cache,
                               trusted_cells=tuple(trusted_cells), allowed_modules=tuple(allowed_modules))
 
 
@@ -116,6 +118,7 @@ class KernelSettings:
     max_file_bytes: int
     disk_bytes: int   # each of the working folder's and /tmp's tmpfs
     sandbox: bool
+    audit: bool
     compile_cache: str  # the folder to read compiled programs from, or ""
     trusted_cells: tuple = ()    # the course's own cells, by ipykernel's hash (audit_log.trusted_cells)
     allowed_modules: tuple = ()  # what learner code may import (scan.ALLOWED_MODULES)
