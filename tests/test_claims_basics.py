@@ -310,6 +310,34 @@ def test_an_output_with_fewer_elements_warns_one_with_as_many_does_not():
     assert caught == [] and not x.is_deleted()
 
 
+def test_the_warning_needs_a_free_output_of_as_many_elements_more_is_not_enough():
+    # Lesson 3 (l3-unusable, l3-bytes, summary): an output with MORE elements does not
+    # silence the warning; an output already taken by another donated input does not either.
+    x = jnp.ones(3)
+    _, caught = call_recording_warnings(jax.jit(lambda c: jnp.concatenate([c, c]), donate_argnums=0), x)
+    assert caught == [f"{NOT_USABLE}: float32[3].\n{FAQ}"] and not x.is_deleted()
+    a, b = jnp.ones(4), jnp.ones(4)
+    _, caught = call_recording_warnings(jax.jit(lambda p, q: p + q, donate_argnums=(0, 1)), a, b)
+    assert caught == [f"{NOT_USABLE}: float32[4].\n{FAQ}"] and a.is_deleted() and not b.is_deleted()
+    c = jnp.ones(6)  # the other side: a free output of as many elements (any shape) takes it, no warning
+    _, caught = call_recording_warnings(jax.jit(lambda v: v.reshape(2, 3) * 2, donate_argnums=0), c)
+    assert caught == [] and c.is_deleted()
+
+
+def test_a_deleted_array_raises_runtime_error_where_a_donated_one_raises_value_error():
+    # Lesson 3 (l3-delete-md): after Array.delete(), even an operation's fast path (its
+    # first call with the shape succeeded) raises RuntimeError; for a donated array, ValueError.
+    f = jax.jit(lambda v: v * 2)
+    f(jnp.ones(3))
+    deleted, donated = jnp.ones(3), jnp.ones(3)
+    deleted.delete()
+    jax.jit(lambda v: v + 1, donate_argnums=0)(donated)
+    with pytest.raises(RuntimeError):
+        f(deleted)
+    with pytest.raises(ValueError):
+        f(donated)
+
+
 def test_a_live_numpy_view_blocks_donation_silently():
     # Lesson 3 (l3-view), jax #26216: on CPU np.asarray(x) reads x's buffer; while it
     # lives, x is not deleted and nothing warns. Without it (or with a copy), x is donated.
