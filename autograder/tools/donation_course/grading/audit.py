@@ -24,67 +24,39 @@ rules a learner frame anywhere on the stack. audit_log.py reads the records.
 """
 import sys
 
-# event -> rule; the learner did it when its frame is the immediate caller (DIRECT) or anywhere (ANY)
-DIRECT, ANY = "direct", "any"
-RULES = {
-    "exec": ANY, "compile": ANY, "code.__new__": ANY, "function.__new__": ANY,
-    "sys._getframe": DIRECT, "object.__getattr__": DIRECT, "object.__setattr__": DIRECT,
-    "object.__delattr__": DIRECT,
-    "pickle.find_class": ANY, "marshal.loads": ANY, "marshal.load": ANY, "sys.settrace": ANY,
-    "sys.setprofile": ANY, "sys._current_frames": ANY, "sys.addaudithook": ANY, "gc.get_objects": ANY,
-    "gc.get_referrers": ANY, "gc.get_referents": ANY, "os.system": ANY, "os.exec": ANY, "os.posix_spawn": ANY,
-    "os.spawn": ANY, "subprocess.Popen": ANY, "os.fork": ANY, "os.forkpty": ANY, "os.kill": ANY,
-    "os.killpg": ANY, "signal.pthread_kill": ANY, "socket.connect": ANY, "socket.bind": ANY,
-    "socket.sendto": ANY, "socket.getaddrinfo": ANY, "ctypes.dlopen": ANY, "ctypes.dlsym": ANY,
-    "ctypes.cdata": ANY, "ctypes.string_at": ANY, "ctypes.addressof": ANY, "ctypes.call_function": ANY,
-    "os.truncate": ANY, "os.remove": ANY, "os.rename": ANY, "os.rmdir": ANY, "os.chmod": ANY,
-    "os.chown": ANY, "os.link": ANY, "os.symlink": ANY, "shutil.rmtree": ANY, "mmap.__new__": ANY,
-    "open": ANY, "import": ANY,
-}
-CODE_EVENTS = ("exec", "compile", "code.__new__", "function.__new__")
-# Modules that exec code they generate themselves: the only ones whose code events under a learner frame pass
-GENERATORS = ("dataclasses", "collections", "typing", "enum")
-CHECK_EVENT = "donation_lab.check"  # raised by hidden/safe.py's ok() as a check passes
-# Event callbacks a library registers on its own behalf (matplotlib's inline backend flushes figures)
-LIBRARY_CALLBACKS = ("matplotlib_inline", "matplotlib", "ipywidgets", "IPython", "ipykernel")
-BUILTINS = frozenset("""print len isinstance issubclass getattr setattr hasattr type super id repr str int float bool
-    list dict tuple set frozenset range sum min max abs all any sorted zip enumerate map filter iter next callable
-    compile exec eval open __import__ Exception AssertionError RuntimeError ValueError TypeError""".split())
-# File-system events, judged by the path they name (args[0], and args[1] for rename/link/symlink)
-PATH_EVENTS = ("os.truncate", "os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.link", "os.symlink",
-               "shutil.rmtree")
-# Modules never imported on a learner's behalf, however indirectly
-DANGEROUS = frozenset({"ctypes", "_ctypes", "subprocess", "_posixsubprocess", "socket", "_socket", "pty", "pickle",
-                       "_pickle", "marshal", "multiprocessing", "cffi", "dill", "cloudpickle", "shelve"})
-# Process events a library the learner may import can cause on its own behalf
-SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork")
-WATCHED = ("donation_course.hidden.safe", "donation_course.hidden.exercise", "donation_course.hidden.capstone",
-           "donation_lab.checks")
-MAGICS_ALLOWED = ("time", "timeit")
-
-
-def snapshot(modules):
-    """{module name: (module, its dict, {name: value}, {function name: (code, defaults, kwdefaults)})}."""
-    import types
-
-    shot = {}
-    for name in WATCHED:
-        __import__(name)
-        mod = modules[name]
-        values = {k: v for k, v in vars(mod).items() if callable(v) or isinstance(v, types.ModuleType)}
-        codes = {k: (v.__code__, v.__defaults__, v.__kwdefaults__) for k, v in values.items()
-                 if isinstance(v, types.FunctionType)}
-        shot[name] = (mod, vars(mod), values, codes)
-    return shot
+from .audit_policy import (
+    BUILTINS,
+    CHECK_EVENT,
+    CODE_EVENTS,
+    DANGEROUS,
+    DIRECT,
+    GENERATORS,
+    LIBRARY_CALLBACKS,
+    MAGICS_ALLOWED,
+    PATH_EVENTS,
+    RULES,
+    SPAWNS,
+    session_state,
+    snapshot,
+)
 
 
 def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir: str) -> None:
+    import builtins
     import hashlib
     import hmac
     import json
     import os
     import re
     from importlib.machinery import PathFinder
+
+    # the policy, bound into this closure: rebinding audit_policy's globals later changes nothing here
+    rules, direct, code_events, generators, check_event = dict(RULES), DIRECT, CODE_EVENTS, GENERATORS, CHECK_EVENT
+    path_events, dangerous, spawns, magics_allowed = PATH_EVENTS, DANGEROUS, SPAWNS, MAGICS_ALLOWED
+    take_state, names, libraries, the_sys = session_state, BUILTINS, LIBRARY_CALLBACKS, sys
+
+    def state_of(shell):
+        return take_state(shell, the_sys, builtins, names, libraries)
 
     write, getframe, modules, realpath = os.write, sys._getframe, sys.modules, os.path.realpath
     find_spec = PathFinder.find_spec
@@ -141,31 +113,10 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         if user_ns is not None and "checks" in user_ns and user_ns["checks"] is not checks_module:
             out.append("checks (the notebook's name for donation_lab.checks)")
         if state["session"] is not None:
-            now = session_state(state["shell"])
+            now = state_of(state["shell"])
             out += [f"{k} (the kernel's)" for k, v in state["session"].items() if now.get(k) != v]
             out += [f"{k} (the kernel's, added)" for k in now.keys() - state["session"].keys()]
         return out
-
-    def session_state(shell):
-        """What decides which code a cell runs and where its output and errors go: IPython's
-        transformers, hooks and handlers, the kernel's and session's methods, sys's streams, builtins."""
-        import builtins
-
-        found = {f"sys.{k}": id(getattr(sys, k)) for k in ("stdout", "stderr", "displayhook")}
-        found |= {f"builtins.{k}": id(v) for k, v in vars(builtins).items() if k in BUILTINS}
-        for k in ("input_transformers_post", "input_transformers_cleanup", "ast_transformers", "custom_exceptions"):
-            found[f"shell.{k}"] = tuple(id(x) for x in getattr(shell, k, ()))
-        manager = shell.input_transformer_manager
-        for k in ("cleanup_transforms", "line_transforms", "token_transformers"):
-            found[f"shell.input_transformer_manager.{k}"] = tuple(id(x) for x in getattr(manager, k, ()))
-        for event, callbacks in shell.events.callbacks.items():  # a library's own (matplotlib's flush) may join
-            found[f"shell.events.{event}"] = tuple(id(c) for c in callbacks if not str(
-                getattr(c, "__module__", "") or "").startswith(LIBRARY_CALLBACKS))
-        for label, obj in (("shell", shell), ("kernel", shell.kernel), ("session", shell.kernel.session),
-                           ("transformer manager", manager)):  # a method shadowed on the instance
-            found |= {f"{label}.{k}": id(v) for k, v in vars(obj).items()
-                      if callable(v) and callable(getattr(type(obj), k, None))}
-        return found
 
     def on_cell(code, frame):
         """A notebook cell's code starts: check the snapshot first."""
@@ -174,7 +125,7 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             return
         if state["user_ns"] is None and frame.f_code.co_name == "run_code":
             shell = frame.f_locals["self"]  # the first cell: no learner code has run
-            state["user_ns"], state["shell"], state["session"] = shell.user_ns, shell, session_state(shell)
+            state["user_ns"], state["shell"], state["session"] = shell.user_ns, shell, state_of(shell)
         cell_starts(code.co_filename)
 
     def cell_starts(filename):
@@ -193,15 +144,15 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         return not realpath(os.fsdecode(path)).startswith(writable)
 
     def judge(event, args, frame):
-        rule, caller = RULES[event], learner(frame)
+        rule, caller = rules[event], learner(frame)
         if event == "exec" and args and hasattr(args[0], "co_filename"):
             on_cell(args[0], frame)
         if event == "compile" and len(args) > 1:
             on_parse(args, frame)
-        if rule == DIRECT and event not in CODE_EVENTS:
+        if rule == direct and event not in code_events:
             detail = f" {args[1]}" if len(args) > 1 and isinstance(args[1], str) else ""
             return (caller, event + detail) if caller else None
-        if event in PATH_EVENTS and not any(outside(a) for a in args[:2] if isinstance(a, (str, bytes, int))):
+        if event in path_events and not any(outside(a) for a in args[:2] if isinstance(a, (str, bytes, int))):
             return None
         if event.startswith("marshal.") and frame.f_code.co_filename.startswith("<frozen importlib"):
             return None  # an import reading a module's compiled code
@@ -217,7 +168,7 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             while importer is not None and (importer.f_code.co_filename.startswith("<frozen importlib")
                                             or importer.f_globals.get("__name__", "").startswith("importlib")):
                 importer = importer.f_back
-            if top in DANGEROUS or (importer is not None and learner(importer) and top not in allowed
+            if top in dangerous or (importer is not None and learner(importer) and top not in allowed
                                     and (top in modules or find_spec(top) is not None)):
                 return outer, f"imports {args[0]}"
             return None  # (a module that does not exist only raises ModuleNotFoundError)
@@ -232,13 +183,13 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             if any(c in mode for c in "wax+") and not text.startswith(writable):
                 return outer, f"writes {text}"
             return None
-        if event in CODE_EVENTS:
+        if event in code_events:
             entry = entry_frame(frame)
             if entry.f_globals.get("__name__", "").startswith(("IPython", "ipykernel")):  # the learner called IPython
                 if entry.f_code.co_name in ("run_line_magic", "run_cell_magic") and \
-                        entry.f_locals.get("magic_name") in MAGICS_ALLOWED:
+                        entry.f_locals.get("magic_name") in magics_allowed:
                     return None  # %time and %timeit compile the statement the scan read
-            elif caller is None and module.split(".")[0] in GENERATORS:
+            elif caller is None and module.split(".")[0] in generators:
                 return None  # dataclasses, namedtuple... exec code they wrote themselves
             elif caller is None and event == "compile" and module == "ast":
                 return None  # ast.parse: a tree, not code (compiling the tree is an event of its own)
@@ -246,9 +197,9 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
                     "<frozen importlib")) and library_code(event, args):
                 return None  # an import runs a module's code, from a file no submission can write
             return outer, f"{event} of code built at run time" + (f" (in {module})" if caller is None else "")
-        if event in SPAWNS and library_between(frame):
+        if event in spawns and library_between(frame):
             return None  # a library the learner may use runs a helper (matplotlib's fc-list)
-        return outer, event + (f" {os.fsdecode(args[0])}" if event in PATH_EVENTS and isinstance(args[0], str) else "")
+        return outer, event + (f" {os.fsdecode(args[0])}" if event in path_events and isinstance(args[0], str) else "")
 
     def entry_frame(frame):
         """The frame just inside the nearest learner frame: what the learner's code called."""
@@ -284,12 +235,12 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         record("check", cell=state["cell"], name=str(args[0]) if args else "")
 
     def hook(event, args):
-        if state["busy"] or (event not in RULES and event != CHECK_EVENT):
+        if state["busy"] or (event not in rules and event != check_event):
             return
         state["busy"] = True
         try:
             frame = getframe(1)
-            if event == CHECK_EVENT:
+            if event == check_event:
                 return on_check(args, frame)
             verdict = judge(event, args, frame)
             if verdict is not None:

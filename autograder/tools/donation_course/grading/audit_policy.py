@@ -1,0 +1,80 @@
+"""What the runtime audit (audit.py) watches, as data, and the two snapshots it compares.
+
+audit.py binds every name here into its hook's closure when it installs it,
+so rebinding these module globals later changes nothing the hook does.
+"""
+
+# event -> rule; the learner did it when its frame is the immediate caller (DIRECT) or anywhere (ANY)
+DIRECT, ANY = "direct", "any"
+RULES = {
+    "exec": ANY, "compile": ANY, "code.__new__": ANY, "function.__new__": ANY,
+    "sys._getframe": DIRECT, "object.__getattr__": DIRECT, "object.__setattr__": DIRECT,
+    "object.__delattr__": DIRECT,
+    "pickle.find_class": ANY, "marshal.loads": ANY, "marshal.load": ANY, "sys.settrace": ANY,
+    "sys.setprofile": ANY, "sys._current_frames": ANY, "sys.addaudithook": ANY, "gc.get_objects": ANY,
+    "gc.get_referrers": ANY, "gc.get_referents": ANY, "os.system": ANY, "os.exec": ANY, "os.posix_spawn": ANY,
+    "os.spawn": ANY, "subprocess.Popen": ANY, "os.fork": ANY, "os.forkpty": ANY, "os.kill": ANY,
+    "os.killpg": ANY, "signal.pthread_kill": ANY, "socket.connect": ANY, "socket.bind": ANY,
+    "socket.sendto": ANY, "socket.getaddrinfo": ANY, "ctypes.dlopen": ANY, "ctypes.dlsym": ANY,
+    "ctypes.cdata": ANY, "ctypes.string_at": ANY, "ctypes.addressof": ANY, "ctypes.call_function": ANY,
+    "os.truncate": ANY, "os.remove": ANY, "os.rename": ANY, "os.rmdir": ANY, "os.chmod": ANY,
+    "os.chown": ANY, "os.link": ANY, "os.symlink": ANY, "shutil.rmtree": ANY, "mmap.__new__": ANY,
+    "open": ANY, "import": ANY,
+}
+CODE_EVENTS = ("exec", "compile", "code.__new__", "function.__new__")
+# Modules that exec code they generate themselves: the only ones whose code events under a learner frame pass
+GENERATORS = ("dataclasses", "collections", "typing", "enum")
+CHECK_EVENT = "donation_lab.check"  # raised by hidden/safe.py's ok() as a check passes
+# Event callbacks a library registers on its own behalf (matplotlib's inline backend flushes figures)
+LIBRARY_CALLBACKS = ("matplotlib_inline", "matplotlib", "ipywidgets", "IPython", "ipykernel")
+BUILTINS = frozenset("""print len isinstance issubclass getattr setattr hasattr type super id repr str int float bool
+    list dict tuple set frozenset range sum min max abs all any sorted zip enumerate map filter iter next callable
+    compile exec eval open __import__ Exception AssertionError RuntimeError ValueError TypeError""".split())
+# File-system events, judged by the path they name (args[0], and args[1] for rename/link/symlink)
+PATH_EVENTS = ("os.truncate", "os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.link", "os.symlink",
+               "shutil.rmtree")
+# Modules never imported on a learner's behalf, however indirectly
+DANGEROUS = frozenset({"ctypes", "_ctypes", "subprocess", "_posixsubprocess", "socket", "_socket", "pty", "pickle",
+                       "_pickle", "marshal", "multiprocessing", "cffi", "dill", "cloudpickle", "shelve"})
+# Process events a library the learner may import can cause on its own behalf
+SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork")
+WATCHED = ("donation_course.hidden.safe", "donation_course.hidden.exercise", "donation_course.hidden.capstone",
+           "donation_lab.checks")
+MAGICS_ALLOWED = ("time", "timeit")
+
+
+def snapshot(modules):
+    """{module name: (module, its dict, {name: value}, {function name: (code, defaults, kwdefaults)})}."""
+    import types
+
+    shot = {}
+    for name in WATCHED:
+        __import__(name)
+        mod = modules[name]
+        values = {k: v for k, v in vars(mod).items() if callable(v) or isinstance(v, types.ModuleType)}
+        codes = {k: (v.__code__, v.__defaults__, v.__kwdefaults__) for k, v in values.items()
+                 if isinstance(v, types.FunctionType)}
+        shot[name] = (mod, vars(mod), values, codes)
+    return shot
+
+
+
+def session_state(shell, sys, builtins, names, libraries):
+    """What decides which code a cell runs and where its output and errors go: IPython's
+    transformers, hooks and handlers, the kernel's and session's methods, sys's streams, builtins."""
+    found = {f"sys.{k}": id(getattr(sys, k)) for k in ("stdout", "stderr", "displayhook")}
+    found |= {f"builtins.{k}": id(v) for k, v in vars(builtins).items() if k in names}
+    for k in ("input_transformers_post", "input_transformers_cleanup", "ast_transformers", "custom_exceptions"):
+        found[f"shell.{k}"] = tuple(id(x) for x in getattr(shell, k, ()))
+    manager = shell.input_transformer_manager
+    for k in ("cleanup_transforms", "line_transforms", "token_transformers"):
+        found[f"shell.input_transformer_manager.{k}"] = tuple(id(x) for x in getattr(manager, k, ()))
+    for event, callbacks in shell.events.callbacks.items():  # a library's own (matplotlib's flush) may join
+        found[f"shell.events.{event}"] = tuple(id(c) for c in callbacks if not str(
+            getattr(c, "__module__", "") or "").startswith(libraries))
+    for label, obj in (("shell", shell), ("kernel", shell.kernel), ("session", shell.kernel.session),
+                       ("transformer manager", manager)):  # a method shadowed on the instance
+        found |= {f"{label}.{k}": id(v) for k, v in vars(obj).items()
+                  if callable(v) and callable(getattr(type(obj), k, None))}
+    return found
+
