@@ -31,7 +31,7 @@ from bench_grading import ROOT, submissions
 
 from donation_course.authoring import scratch_course
 from donation_course.course import Course
-from donation_course.grading.cluster import percentile
+from donation_course.grading.cluster_log import percentile
 from donation_course.grading.prepare import prepare
 
 LIMITS = ["--timeout", "300", "--no-progress"]
@@ -46,7 +46,7 @@ def grade(files: Path, course: Path, *extra) -> tuple[float, str]:
     r = subprocess.run([str(ROOT / "course"), "grade", str(files), "--course", str(course), *LIMITS, *extra],
                        env=venv_env(), capture_output=True, text=True)
     if r.returncode:
-        raise SystemExit(f"grade failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        raise SystemExit(f"grade failed (its course: {course}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     return time.perf_counter() - t, r.stderr
 
 
@@ -69,38 +69,38 @@ def main():
     a = p.parse_args()
     from distributed import LocalCluster
 
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
-        tmp = Path(tmp)
-        files = submissions(tmp, a.n)
-        one = tmp / "one"
-        one.mkdir()
-        shutil.copy(next(files.iterdir()), one)
-        base = scratch_course(tmp / "base")
-        prepare(Course(base), base / ".grading", say=print)
-        copies = iter(range(100))
-        fresh = lambda: shutil.copytree(base, tmp / f"course-{next(copies)}")  # noqa: E731
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))  # kept if a run fails, for its logs
+    files = submissions(tmp, a.n)
+    one = tmp / "one"
+    one.mkdir()
+    shutil.copy(next(files.iterdir()), one)
+    base = scratch_course(tmp / "base")
+    prepare(Course(base), base / ".grading", say=print)
+    copies = iter(range(100))
+    fresh = lambda: shutil.copytree(base, tmp / f"course-{next(copies)}")  # noqa: E731
 
-        t = time.perf_counter()
-        cluster = LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               local_directory=str(tmp / "dask"))
-        cluster.get_client().wait_for_workers(a.workers)
-        startup = time.perf_counter() - t
-        address = cluster.scheduler_address
-        try:
-            grade(one, fresh(), "--workers", "1")                      # page cache, imports
-            grade(one, fresh(), "--scheduler", address)                # the course bundle reaches the workers
-            local, remote, rows = [], [], []
-            for mode in ("local", "cluster", "cluster", "local"):
-                course = fresh()
-                if mode == "local":
-                    local.append(grade(files, course, "--workers", str(a.workers))[0])
-                else:
-                    wall, stderr = grade(files, course, "--scheduler", address)
-                    remote.append(wall)
-                    rows += figures(course)
-                    summary = [ln for ln in stderr.splitlines() if ln.startswith("cluster:")]
-        finally:
-            cluster.close()
+    t = time.perf_counter()
+    cluster = LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           local_directory=str(tmp / "dask"))
+    cluster.get_client().wait_for_workers(a.workers)
+    startup = time.perf_counter() - t
+    address = cluster.scheduler_address
+    try:
+        grade(one, fresh(), "--workers", "1")                      # page cache, imports
+        grade(one, fresh(), "--scheduler", address)                # the course bundle reaches the workers
+        local, remote, rows = [], [], []
+        for mode in ("local", "cluster", "cluster", "local"):
+            course = fresh()
+            if mode == "local":
+                local.append(grade(files, course, "--workers", str(a.workers))[0])
+            else:
+                wall, stderr = grade(files, course, "--scheduler", address)
+                remote.append(wall)
+                rows += figures(course)
+                summary = [ln for ln in stderr.splitlines() if ln.startswith("cluster:")]
+    finally:
+        cluster.close()
+    shutil.rmtree(tmp)
     n, w = a.n, a.workers
     t_local, t_cluster = statistics.mean(local), statistics.mean(remote)
     per = (t_cluster - t_local) / n

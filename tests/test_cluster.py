@@ -7,6 +7,7 @@ grades.csv; a worker whose grading code differs is refused in one line;
 Ctrl-C leaves no grading process, kernel, scratch folder or task behind; a
 worker killed mid-run leaves every student graded once. Every process the
 module starts is killed at its end, whatever happened."""
+import gzip
 import os
 import shutil
 import signal
@@ -204,6 +205,32 @@ def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int
 
 def cluster_lines(course: Path) -> list[str]:
     return [ln for ln in (course / ".grading" / "logs" / "cluster.log").read_text().splitlines() if " student=" in ln]
+
+
+def test_the_course_bundle_names_the_course_not_its_students(generated_course, tmp_path):
+    """The same digest before and after students are graded into the gradebook; a worker unpacks it
+    into a course with the assignment and no student; damaged bytes are refused."""
+    from nbgrader.api import Gradebook
+
+    from donation_course.course import Course
+    from donation_course.grading import bundle
+
+    course = Course(generated_course(tmp_path / "course"))
+    before = bundle.build(course, compile_cache=True)
+    with Gradebook(course.db_url, course.course_id) as gb:
+        gb.add_student("someone")
+        gb.add_submission(course.assignment, "someone")
+    assert bundle.build(course, compile_cache=True).digest == before.digest
+    assert bundle.build(course, compile_cache=False).digest != before.digest
+    tar = bundle.install(tmp_path / "cache", before.digest, before.data)
+    assert bundle.cached(tmp_path / "cache", before.digest) == tar
+    unpacked = bundle.unpack(tar, tmp_path / "unpacked")
+    with Gradebook(f"sqlite:///{unpacked / 'gradebook.db'}", course.course_id) as gb:
+        assert [a.name for a in gb.assignments] == [course.assignment] and not gb.students
+    assert (unpacked / bundle.CACHE / "filled-from").exists()
+    with pytest.raises(ValueError, match="damaged"):
+        bundle.install(tmp_path / "cache", before.digest, gzip.compress(b"not the course"))
+    assert bundle.differences({"jax": "1", "code": "a"}, {"jax": "2", "code": "a"}) == "jax 2 there, 1 here"
 
 
 def test_the_cluster_grades_like_the_local_run(cluster, corpus_files, tmp_path, env, generated_course):

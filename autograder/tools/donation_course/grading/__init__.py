@@ -9,5 +9,9 @@ sandbox.py (each kernel capped and sandboxed; fastkernel.py is its client,
 compile_cache.py its read-only JAX cache) -> result.py (a typed result per
 student) -> gradebook.py (one transaction per student) -> report.py and
 student_page.py (grades.csv, canvas-import.csv, the learner's page).
+On a Dask cluster (--scheduler), cluster.py takes pool.py's place: the
+course as a bundle (bundle.py), each worker admitted and served by
+cluster_worker.py, grading processes forked from a zygote (zygote.py,
+grader_process.py), the figures in cluster_log.py.
 docs/design.md says where a change goes.
 """

@@ -22,11 +22,9 @@ same way and stays the only writer of the gradebook. No shared file system:
 """
 from __future__ import annotations
 
-import math
 import pickle
 import queue
 import shutil
-import sys
 import time
 import traceback
 import uuid
@@ -35,12 +33,13 @@ from pathlib import Path
 
 from ..course import CourseError
 from . import bundle, cluster_worker
+from .cluster_log import ClusterLog, say
 from .result import StudentResult
 from .worker import WorkerJob
 
 WINDOW_PER_THREAD = 2
 TICK = 1.0              # seconds between looks at the cluster's workers
-CONNECT_WITHIN = 30
+CONNECT_WITHIN = 15
 NO_WORKER_LIMIT = 300   # seconds with no admitted worker before the run stops
 MAX_ATTEMPTS = 2        # a submission whose workers keep leaving is given up after this many
 DIED_TWICE = ("the grading worker died twice while grading this submission (out of memory, or killed); "
@@ -49,15 +48,19 @@ GRADER_FAILED = ("the grader itself failed on this submission; your instructor h
                  "(nothing you submitted was lost)")
 
 
-def say(line: str) -> None:
-    from tqdm import tqdm
+def require_scheduler(address: str) -> None:
+    """CourseError in one line, before the run stages anything, when nothing listens at a tcp:// address."""
+    import socket
 
-    tqdm.write(line, file=sys.stderr)  # above the progress bar, not through it
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else float("nan")
+    scheme, _, hostport = address.rpartition("://")
+    host, _, port = hostport.rpartition(":")
+    if scheme not in ("", "tcp") or not port.isdigit():
+        return  # tls://, ucx://...: the client's own connection says what is wrong
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=10).close()
+    except OSError as exc:
+        raise CourseError(f"--scheduler {address}: no Dask scheduler answers there ({exc}); start one with "
+                          "`dask scheduler` and workers with `./course worker SCHEDULER`") from None
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,11 @@ class ClusterExecutor:
         # the local job's limits and kernel settings; each worker fills in its own paths
         self.job = replace(job, course="", db="", log="", tmp="", kernel_dir="")
         self.address, self.run_id = run.settings.scheduler, uuid.uuid4().hex[:12]
-        logs = run.out / "logs"
-        self.log_path, self.worker_logs = logs / "cluster.log", logs / "cluster-workers"
-        self.worker_logs.mkdir(parents=True, exist_ok=True)
+        self.log = ClusterLog(run.out / "logs")
         self.bundle = bundle.build(self.course, compile_cache=bool(job.kernel.compile_cache))
         self.mine = bundle.fingerprint()
         self.accepted: dict[str, int] = {}   # address -> threads
         self.refused: dict[str, str] = {}    # address -> why
-        self.figures: list[dict] = []
         self.bundles_sent, self.closed = 0, False
         try:
             self.client = Client(self.address, timeout=CONNECT_WITHIN, set_as_default=False)
@@ -105,15 +105,11 @@ class ClusterExecutor:
             self.prior_failures = None
             say(f"note: the scheduler's allowed-failures could not be set to 1 ({exc}); a submission whose "
                 "worker dies may run more than twice")
-        self.log(f"run {self.run_id} on {self.address}: course bundle {self.bundle.digest[:16]} "
+        self.log.line(f"run {self.run_id} on {self.address}: course bundle {self.bundle.digest[:16]} "
                  f"({len(self.bundle.data)} bytes gzip'd); this machine: {self.mine}")
         self.admit()
 
     # --- workers
-    def log(self, line: str) -> None:
-        with open(self.log_path, "a", encoding="utf-8") as fh:
-            fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
-
     def on_workers(self, function, *args, workers: list[str]) -> dict:
         try:
             return self.client.run(function, *args, workers=workers, on_error="return")
@@ -128,7 +124,7 @@ class ClusterExecutor:
             return
         for gone in set(self.accepted) - set(live):
             del self.accepted[gone]
-            self.log(f"worker {gone} left")
+            self.log.line(f"worker {gone} left")
         new = [a for a in live if a not in self.accepted and a not in self.refused]
         if not new:
             return
@@ -142,7 +138,7 @@ class ClusterExecutor:
         for address, answer in answers.items():
             if isinstance(answer, dict) and "threads" in answer:
                 self.accepted[address] = answer["threads"]
-                self.log(f"worker {address} admitted ({answer['threads']} thread(s)"
+                self.log.line(f"worker {address} admitted ({answer['threads']} thread(s)"
                          f"{', bundle sent' if address in needs else ''})")
                 continue
             self.refuse(address, answer.get("refused") if isinstance(answer, dict) else
@@ -153,7 +149,7 @@ class ClusterExecutor:
         self.accepted.pop(address, None)
         if address not in self.refused:
             self.refused[address] = why
-            self.log(f"worker {address} refused: {why}")
+            self.log.line(f"worker {address} refused: {why}")
             say(f"refused worker {address}: {why}")
 
     def window(self) -> int:
@@ -241,15 +237,11 @@ class ClusterExecutor:
         self.write_files(sid, payload.get("files", {}))
         worker = payload.get("worker", "")
         if payload.get("log"):
-            name = worker.split("://")[-1].replace(":", "-").replace("/", "-") or "unknown"
-            with open(self.worker_logs / f"{name}.log", "a", encoding="utf-8") as fh:
-                fh.write(f"--- {sid} (attempt {task.attempt})\n{payload['log']}\n")
-        figures = {"student": sid, "worker": worker, "attempt": task.attempt, "sent": task.sent,
-                   "returned": len(pickle.dumps(payload)),
-                   **{key: payload.get(key) for key in ("wait", "wall", "cpu", "rss")}}
-        self.figures.append(figures)
-        self.log(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
-                 + f" status={payload['result'].status or 'graded'}")
+            self.log.worker_log(worker, sid, task.attempt, payload["log"])
+        self.log.submission({"student": sid, "worker": worker, "attempt": task.attempt, "sent": task.sent,
+                             "returned": len(pickle.dumps(payload)),
+                             **{key: payload.get(key) for key in ("wait", "wall", "cpu", "rss")}},
+                            payload["result"].status or "graded")
         return payload["result"]
 
     def write_files(self, sid: str, files: dict[str, bytes]) -> None:
@@ -269,21 +261,6 @@ class ClusterExecutor:
         if self.accepted:
             self.on_workers(cluster_worker.end_run, self.run_id, kill, workers=list(self.accepted))
 
-    def summary(self) -> str:
-        rows = self.figures
-        parts = []
-        for key, label, unit, scale in (("wait", "queue wait", "s", 1), ("wall", "grading", "s", 1),
-                                        ("cpu", "core-seconds", "", 1), ("rss", "peak RSS", " MiB", 1 / 2**20)):
-            values = [r[key] * scale for r in rows if isinstance(r.get(key), int | float)]
-            if values:
-                parts.append(f"{label} p50 {percentile(values, 50):.2f}{unit} p95 {percentile(values, 95):.2f}{unit}")
-        if rows:
-            parts.append(f"per task sent {sum(r['sent'] for r in rows) / len(rows) / 1e3:.1f} kB, returned "
-                         f"{sum(r['returned'] for r in rows) / len(rows) / 1e3:.1f} kB")
-        parts.append(f"course bundle {len(self.bundle.data) / 1e3:.0f} kB sent to {self.bundles_sent} worker(s)")
-        return (f"cluster: {len(rows)} submission(s) on {len(self.accepted)} worker(s)"
-                + (f", {len(self.refused)} refused" if self.refused else "") + "; " + "; ".join(parts))
-
     def close(self) -> None:
         if self.closed:
             return
@@ -293,7 +270,7 @@ class ClusterExecutor:
             if self.prior_failures is not None:
                 self.client.run_on_scheduler(allowed_failures(self.prior_failures))
         finally:
-            line = self.summary()
-            self.log(line)
+            line = self.log.summary(len(self.accepted), len(self.refused), len(self.bundle.data), self.bundles_sent)
+            self.log.line(line)
             say(line)
             self.client.close()

@@ -22,6 +22,7 @@ from . import bundle, grader_process
 from .zygote import zygote
 
 LOG_TAIL = 64 << 10  # at most this much of a student's stretch of the grading log goes back
+LOADED_CODE = bundle.fingerprint()["code"]  # the grading code this worker imported (a changed checkout is refused)
 
 
 @dataclass
@@ -45,7 +46,10 @@ def course_dir(dask_worker, digest: str) -> Path:
 
 
 def _admit(client: dict, digest: str, sandbox: bool, dask_worker) -> dict:
-    why = bundle.differences(client, bundle.fingerprint())
+    here = bundle.fingerprint()
+    why = bundle.differences(client, here)
+    if not why and here["code"] != LOADED_CODE:
+        why = "its grading code changed on disk after the worker started: restart the worker"
     if not why and sandbox:
         from .sandbox import probe
 
@@ -57,11 +61,11 @@ def _admit(client: dict, digest: str, sandbox: bool, dask_worker) -> dict:
         return {"needs_bundle": True}
     if tar is not None:
         bundle.unpack(tar, course_dir(dask_worker, digest))
-    return _admitted(dask_worker)
+    return _admitted(dask_worker, here["code"])
 
 
-def _admitted(dask_worker) -> dict:
-    zygote(dask_worker.local_directory)  # its imports start now, while the first tasks come
+def _admitted(dask_worker, code: str) -> dict:
+    zygote(dask_worker.local_directory, code)  # its imports start now, while the first tasks come
     return {"threads": dask_worker.state.nthreads}
 
 
@@ -76,7 +80,7 @@ def _install(digest: str, data: bytes, dask_worker) -> dict:
     except ValueError as exc:
         return {"refused": str(exc)}
     bundle.unpack(tar, course_dir(dask_worker, digest))
-    return _admitted(dask_worker)
+    return _admitted(dask_worker, LOADED_CODE)
 
 
 async def install(digest: str, data: bytes, dask_worker=None) -> dict:

@@ -26,7 +26,7 @@ from .zygote import kill_tree, zygote
 
 SCRATCH_PREFIX = "dlc-"  # in /tmp: a kernel's socket path has at most 107 bytes
 OWNER = "owner-pid"      # in a scratch folder: the dask worker process it belongs to
-RSS_EVERY = 0.25         # seconds between samples of the grading process tree's memory
+SAMPLE_EVERY = 0.1       # seconds between samples of the kernels' memory and CPU time
 READY_WITHIN = 300       # seconds a grading process may take to start
 
 
@@ -104,38 +104,46 @@ def start(course: Path, job, local_directory: str) -> Grader:
     return grader
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of `pid` and its descendants, read from /proc/PID/task/*/children: a few small
-    reads per process of the tree, not a scan of every process on the machine (psutil's children())."""
-    total, todo, page = 0, [pid], os.sysconf("SC_PAGE_SIZE")
+def descendants(pid: int) -> tuple[int, dict[int, float]]:
+    """(resident bytes of `pid` and its descendants, {descendant: its CPU seconds}), read from
+    /proc/PID/stat and /proc/PID/task/*/children: a few small reads per process of the tree, not a
+    scan of every process on the machine (psutil's children())."""
+    rss, cpu, todo = 0, {}, [pid]
+    page, tick = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
     while todo:
-        proc = f"/proc/{todo.pop()}"
+        p = todo.pop()
         try:
-            with open(f"{proc}/statm") as fh:
-                total += int(fh.read().split()[1]) * page
-            for task in os.listdir(f"{proc}/task"):
-                with open(f"{proc}/task/{task}/children") as fh:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            rss += int(fields[21]) * page
+            if p != pid:
+                cpu[p] = (int(fields[11]) + int(fields[12])) / tick
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
                     todo += [int(child) for child in fh.read().split()]
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-    return total
+    return rss, cpu
 
 
 def wait(grader: Grader, student: str, timeout: int, stopped: Callable[[], bool]):
-    """(StudentResult or None if the run stopped, core-seconds or None, peak RSS in bytes)."""
+    """(StudentResult or None if the run stopped, core-seconds or None, peak RSS in bytes). Core-seconds:
+    the grading process's own (it measures them) plus its kernels' (sampled here)."""
     from .result import StudentResult
 
-    deadline, peak = time.monotonic() + timeout, 0
+    deadline, peak, kernels = time.monotonic() + timeout, 0, {}
     while True:
-        if grader.conn.poll(RSS_EVERY):
+        if grader.conn.poll(SAMPLE_EVERY):
             try:
                 message = grader.conn.recv()
-                return message[1], message[2]["cpu"], peak
             except (EOFError, OSError):
                 return StudentResult.failed(student, "the grading process died (out of memory or killed)"), None, peak
+            return message[1], message[2]["cpu"] + sum(kernels.values()), peak
         if stopped():
             return None, None, peak
         if time.monotonic() > deadline:
             kill_tree(grader.pid)
             return StudentResult.timed_out(student, timeout), None, peak
-        peak = max(peak, tree_rss(grader.pid))
+        rss, cpu = descendants(grader.pid)
+        peak = max(peak, rss)
+        kernels.update(cpu)  # each kernel's time as last seen (its final fraction of a sample is missed)

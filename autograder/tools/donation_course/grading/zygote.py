@@ -49,15 +49,17 @@ def kill_tree(pid: int) -> None:
 
 class MeasuredConnection:
     """serve()'s pipe to the task: waits at most IDLE_EXIT for a student, and
-    adds the core-seconds (this process and its reaped kernels) of each one to its result."""
+    adds this process's own core-seconds of each one to its result."""
 
     def __init__(self, conn: Connection):
         self.conn, self.start = conn, 0.0
 
     @staticmethod
     def cpu() -> float:
+        """This process's own CPU time (its kernels' is sampled from outside: grader_process.wait;
+        a kernel shut down by killing its bwrap is never reaped by this process)."""
         t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
+        return t.user + t.system
 
     def recv(self):
         if not self.conn.poll(IDLE_EXIT):
@@ -92,7 +94,7 @@ class Zygote:
         threading.Thread(target=keep, name="donation-course-zygote", daemon=True).start()
         self.proc = started.get()
         child.close()
-        self.conn, self.lock = parent, threading.Lock()
+        self.conn, self.lock, self.code = parent, threading.Lock(), ""
 
     def fork(self, job) -> tuple[int, Connection]:
         """A new grading process for `job`: (its pid, the task's end of its pipe)."""
@@ -112,14 +114,19 @@ _ZYGOTE: Zygote | None = None
 _ZYGOTE_LOCK = threading.Lock()
 
 
-def zygote(local_directory: str) -> Zygote:
-    """This dask worker's zygote, started if there is none (or it died)."""
+def zygote(local_directory: str, code: str = "") -> Zygote:
+    """This dask worker's zygote, started if there is none, it died, or (given `code`, the grading
+    code's digest as it is on disk now) the code it imported has changed since."""
     global _ZYGOTE
     with _ZYGOTE_LOCK:
+        if _ZYGOTE is not None and code and _ZYGOTE.code != code:
+            _ZYGOTE.conn.close()  # it exits (and its idle grading processes with it)
+            _ZYGOTE = None
         if _ZYGOTE is None or _ZYGOTE.proc.poll() is not None:
             logs = Path(local_directory) / "donation-course-logs"
             logs.mkdir(exist_ok=True)
             _ZYGOTE = Zygote(logs / "zygote.log")
+            _ZYGOTE.code = code
         return _ZYGOTE
 
 
