@@ -45,6 +45,23 @@ CASES = {
                      "        self.step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
                      "    def __call__(self, state, delta):\n        return self.step(state, delta)\n\n"
                      "update_with_donate = Updater()\n", 10, "ok", ""),
+    # correct, with what honest answers use: warnings and %timeit (lesson 3), functools.partial,
+    # jax.tree_util, jax.lax, dataclasses, type hints, a helper function, jnp methods, np.asarray
+    "warnedtimed":  (PARTIAL + "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n"
+                     "    out = update_with_donate(jnp.ones(3), jnp.ones(3))\n"
+                     "%timeit -n 2 -r 1 update_with_donate(jnp.ones(3), jnp.ones(3))\n", 10, "ok", ""),
+    "treelax":      ("from functools import partial\n\n@partial(jax.jit, donate_argnums=(0,))\n"
+                     "def update_with_donate(state, delta):\n"
+                     "    return jax.tree_util.tree_map(jax.lax.add, state, delta)\n", 10, "ok", ""),
+    "dataclassy":   ("import dataclasses\nfrom typing import Callable\nimport numpy as np\n\n\n"
+                     "def add_arrays(state: jax.Array, delta: jax.Array) -> jax.Array:\n"
+                     "    return jnp.add(state, delta)\n\n\n"
+                     "@dataclasses.dataclass\nclass Step:\n    fn: Callable\n\n"
+                     "    def __call__(self, state: jax.Array, delta: jax.Array) -> jax.Array:\n"
+                     "        return self.fn(state, delta)\n\n\n"
+                     "update_with_donate = Step(jax.jit(add_arrays, donate_argnums=0))\n"
+                     "print(np.asarray(update_with_donate(jnp.ones(2), jnp.ones(2))).sum(), jnp.ones(2).mean())\n",
+                     10, "ok", ""),
     # wrong
     "nodonate":     ("update_with_donate = jax.jit(lambda state, delta: state + delta)\n",
                      4, "partial", "still alive"),
