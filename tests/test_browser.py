@@ -3,42 +3,64 @@
 JupyterLab is started with the README's lab command (`./course lab`, through
 helpers' `start_lab`) on a free port, serving a scratch copy of the lessons
 so that running and editing them never touches notebooks/. Playwright (sync
-API) drives /usr/bin/chromium; it never downloads a browser of its own.
+API) drives /usr/bin/chromium; it never downloads a browser of its own. The
+driving and the checkers are in browser_driver.py.
 
 The checks that decide whether a run was clean (`run_problems`,
 `explorer_problems`) are the same functions that `test_checker_catches_*`
 feed a deliberately broken copy, so a broken lesson cannot pass silently.
 
-Screenshots go to tests/artifacts/browser/ (gitignored); two cropped ones are
-kept in docs/images/ for the README (rewritten when missing or with
-DONATION_LAB_REFRESH_IMAGES=1).
+Screenshots go to tests/artifacts/browser/ (gitignored; the self-paced path's
+to its tmp_path too); the cropped ones in docs/images/ are rewritten with
+DONATION_LAB_REFRESH_IMAGES=1 (the README's two also when missing).
 """
 import json
 import os
+import re
 import shutil
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from donation_course.course import NOTEBOOKS
-from helpers import ROOT, answered_copy, free_port, start_lab, start_server
+# The driver is this module's plugin (its fixtures) and its asserts explain
+# themselves as a test's do: rewritten, so registered before the imports.
+pytest.register_assert_rewrite("browser_driver", "browser_checkers")
+
+from browser_checkers import (  # noqa: E402
+    EXPLORER_SELECTOR,
+    broken_notebook,
+    change_explorer_control,
+    crop_cells,
+    exercise_cells,
+    explorer_problems,
+    refresh_docs_image,
+    run_problems,
+)
+from browser_driver import (  # noqa: E402
+    DOCS_IMAGES,
+    EXERCISE,
+    LESSON,
+    check_my_work,
+    code_cell,
+    find_code_cell,
+    open_notebook,
+    output_text,
+    press_validate,
+    run_all,
+    run_cell,
+    save,
+    scroll_to_top,
+    serve,
+    set_cell_source,
+    shot,
+    shut_down_kernels,
+)
+from donation_course.course import NOTEBOOKS, SOLUTIONS, grade_id  # noqa: E402
+from helpers import answered_copy, free_port, start_server  # noqa: E402
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = Path(os.environ.get("DONATION_LAB_CHROMIUM", "/usr/bin/chromium"))  # Debian's
-ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
-DOCS_IMAGES = ROOT / "docs" / "images"
-LESSON = "01_why_donate.ipynb"
-EXERCISE = "07_update_with_donate.ipynb"
-# This machine has no network: nothing in chromium may try to reach one.
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-    "--disable-default-apps", "--disable-extensions", "--metrics-recording-only",
-]
-RUN_TIMEOUT_MS = 240_000
+pytest_plugins = ("browser_driver",)  # its fixtures: browser, course_copy, lab, page
 
 CORRECT_ANSWER = (
     "@functools.partial(jax.jit, donate_argnums=(0,))\n"
@@ -46,278 +68,7 @@ CORRECT_ANSWER = (
     "    return state + delta\n"
 )
 WRONG_ANSWER = CORRECT_ANSWER.replace("state + delta", "state - delta")
-
-
-# --------------------------------------------------------------------------- fixtures
-
-def require_chromium():
-    if CHROMIUM.exists():
-        return
-    reason = (f"Debian's chromium is missing ({CHROMIUM}); install it with "
-              "`apt-get install chromium` (.ci/run does)")
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}: CI must run the browser tests")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-def serve(env, tmp_path, root: Path):
-    """Start the README's lab command, serving `root` instead of notebooks/.
-
-    First as the README would have it: `./course lab --ServerApp.root_dir=ROOT`
-    (unknown options go to jupyter). Today the lab command passes its own
-    --ServerApp.root_dir too and jupyter refuses a second value, so then the
-    folder goes to the contents and kernel managers instead (whose root_dir
-    otherwise follows the server's). Then `server.root_served` is False: the
-    notebooks and kernels use `root`, but nbgrader's validate handler still
-    reads the server's root_dir (notebooks/)."""
-    workspaces = tmp_path / "workspaces"  # never restore or write the user's own layout
-    workspaces.mkdir(exist_ok=True)
-    common = [f"--LabApp.workspaces_dir={workspaces}"]
-    try:
-        server = start_lab(env, tmp_path, extra=[f"--ServerApp.root_dir={root}", *common])
-        server.root_served = True
-        return server
-    except AssertionError as exc:
-        if "root_dir only accepts one value" not in str(exc):
-            raise
-    server = start_lab(env, tmp_path, extra=[
-        f"--FileContentsManager.root_dir={root}",
-        f"--MappingKernelManager.root_dir={root}",
-        *common,
-    ])
-    server.root_served = False
-    return server
-
-
-@pytest.fixture(scope="module")
-def course_copy(tmp_path_factory):
-    """The learner notebooks as served to the browser: a scratch copy, with
-    lesson 01's exercise answered (as a learner who solved it saves it)."""
-    root = tmp_path_factory.mktemp("served")
-    for nb in NOTEBOOKS.glob("*.ipynb"):
-        shutil.copy2(nb, root / nb.name)
-    answered_copy(LESSON, root / LESSON)
-    shutil.copy2(NOTEBOOKS / LESSON, root / ("unanswered_" + LESSON))
-    return root
-
-
-@pytest.fixture(scope="module")
-def lab(env, course_copy, tmp_path_factory):
-    server = serve(env, tmp_path_factory.mktemp("lab"), course_copy)
-    try:
-        yield server
-    finally:
-        server.stop()  # also when a test failed
-
-
-@pytest.fixture
-def page(browser):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(60_000)
-    pg = context.new_page()
-    try:
-        yield pg
-    finally:
-        context.close()
-
-
-# --------------------------------------------------------------------------- driving JupyterLab
-
-def shot(page, name, element=None):
-    target = element if element is not None else page
-    path = ARTIFACTS / f"{name}.png"
-    target.screenshot(path=str(path))
-    return path
-
-
-def open_notebook(page, server, name):
-    # ?reset: start from an empty layout, so only this notebook is open.
-    page.goto(f"{server.base}/lab/tree/{name}?reset&token={server.token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-    page.wait_for_function(
-        "() => document.querySelectorAll('.jp-NotebookPanel').length === 1 && "
-        "[...document.querySelectorAll('.jp-StatusBar-Widget')].some(w => /\\| Idle/.test(w.textContent))",
-        timeout=120_000)
-    wait_idle(page)
-    no_thanks = page.locator(".jp-toast-button", has_text="No")
-    if no_thanks.count():  # "get notified about official Jupyter news?"
-        no_thanks.first.click()
-
-
-def wait_idle(page, timeout_ms=RUN_TIMEOUT_MS):
-    """Wait until the kernel is idle and no cell shows the busy prompt [*]."""
-    page.wait_for_function(
-        """() => {
-            const ind = document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator');
-            const busy = [...document.querySelectorAll('.jp-NotebookPanel .jp-InputPrompt')]
-                .some(p => p.textContent.includes('*'));
-            return ind && ind.getAttribute('data-status') === 'idle' && !busy;
-        }""",
-        timeout=timeout_ms,
-    )
-
-
-def menu(page, top, item):
-    page.locator(".lm-MenuBar-item", has_text=top).first.click()
-    page.locator(".lm-Menu-item:visible", has_text=item).first.click()
-
-
-PROMPTS_JS = "[...document.querySelectorAll('.jp-NotebookPanel .jp-InputPrompt')].map(p => p.textContent).join('|')"
-
-
-def wait_until_run(page, before: str):
-    """After asking for cells to run: wait until JupyterLab has taken the
-    request (a prompt shows [*] or a new execution count: queued cells are
-    marked at once), then until the kernel is idle with nothing queued."""
-    page.wait_for_function(
-        f"before => {PROMPTS_JS} !== before || {PROMPTS_JS}.includes('*')", arg=before, timeout=30_000)
-    wait_idle(page)
-
-
-def run_all(page):
-    before = page.evaluate(f"() => {PROMPTS_JS}")
-    menu(page, "Run", "Run All Cells")
-    wait_until_run(page, before)
-
-
-def save(page):
-    page.keyboard.press("Control+s")
-    page.wait_for_function(
-        "() => !document.querySelector('.jp-NotebookPanel .jp-mod-dirty') && "
-        "!document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')")
-
-
-def code_cell(page, containing):
-    """The code cell whose source contains `containing`, pinned by position
-    (so it stays the same cell after its source is replaced)."""
-    cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
-    cells.first.wait_for()
-    for i in range(cells.count()):
-        if containing in cells.nth(i).locator(".cm-content").first.inner_text():
-            return cells.nth(i)
-    raise AssertionError(f"no code cell contains {containing!r}")
-
-
-def set_cell_source(page, cell, text):
-    editor = cell.locator(".cm-content").first
-    editor.click()
-    page.keyboard.press("Control+a")
-    page.keyboard.press("Delete")
-    # insert_text sends one input event: no auto-indent, no auto-closed brackets.
-    page.keyboard.insert_text(text)
-    got = editor.inner_text().replace("\u00a0", " ")
-    assert got.strip() == text.strip(), f"the editor holds:\n{got}"
-
-
-def run_cell(page, cell):
-    cell.locator(".cm-content").first.click()
-    before = page.evaluate(f"() => {PROMPTS_JS}")
-    page.keyboard.press("Control+Enter")
-    wait_until_run(page, before)
-
-
-def output_text(cell):
-    return cell.locator(".jp-OutputArea").inner_text()
-
-
-# --------------------------------------------------------------------------- the checkers
-
-def run_problems(nb_path: Path, allowed=()):
-    """What is wrong with a Run All, read from the notebook as saved.
-
-    A code cell that was not run (Run All stopped before it) or that shows an
-    error is a problem, unless it is tagged raises-exception or its index is in
-    `allowed`. Returns readable lines; [] means a clean run."""
-    nb = nbformat.read(nb_path, as_version=4)
-    problems = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or not cell.source.strip():
-            continue
-        tags = cell.metadata.get("tags", [])
-        first = cell.source.strip().splitlines()[0][:60]
-        errors = [o for o in cell.outputs if o.output_type == "error"]
-        if errors and "raises-exception" not in tags and index not in allowed:
-            e = errors[0]
-            problems.append(f"cell {index} ({first!r}) raised {e.ename}: {e.evalue}")
-        if cell.execution_count is None and index not in allowed:
-            problems.append(f"cell {index} ({first!r}) was not run")
-    return problems
-
-
-EXPLORER_SELECTOR = ".donation-explorer"
-
-
-def explorer_problems(page):
-    """Did the memory explorer render? Returns readable lines; [] means yes."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    panel = page.locator(".jp-NotebookPanel")
-    problems = []
-    try:  # a widget view shows "Loading widget..." until it renders or fails
-        page.wait_for_function(
-            "() => !document.querySelector('.jp-NotebookPanel').innerText.includes('Loading widget...')",
-            timeout=30_000)
-    except PlaywrightTimeout:
-        pass  # still loading after 30 s: reported below
-    if panel.locator(EXPLORER_SELECTOR).count() == 0:
-        problems.append(f"no memory explorer ({EXPLORER_SELECTOR}) in the notebook")
-    elif not panel.locator(EXPLORER_SELECTOR).first.is_visible():
-        problems.append("the memory explorer is in the page but not visible")
-    text = panel.inner_text()
-    for bad in ("Error displaying widget", "Loading widget...", "Failed to load model class"):
-        if bad in text:
-            problems.append(f"the page says {bad!r}")
-    return problems
-
-
-def exercise_cells(nb_path: Path):
-    """Indices of unanswered answer cells and the graded checks after them."""
-    nb = nbformat.read(nb_path, as_version=4)
-    out, seen_answer = set(), False
-    for i, cell in enumerate(nb.cells):
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") and "NotImplementedError" in cell.source:
-            out.add(i)
-            seen_answer = True
-        elif meta.get("grade") and seen_answer:
-            out.add(i)
-    return out
-
-
-def change_explorer_control(page, explorer, timeout_ms=RUN_TIMEOUT_MS):
-    """Move the Steps slider one notch; the explorer measures again, so the
-    figures and the chart must both change. Returns (before, after) text."""
-    figures = explorer.locator(".explorer-figures")
-    chart = explorer.locator(".explorer-chart img")
-    figures.locator("[data-runs]").wait_for()
-    chart.first.wait_for()
-    before_text, before_png = figures.inner_text(), chart.first.get_attribute("src")
-    runs = int(figures.locator("[data-runs]").get_attribute("data-runs"))
-    handle = explorer.locator(".explorer-steps .noUi-handle").first
-    handle.focus()
-    page.keyboard.press("ArrowRight")
-    explorer.locator(f".explorer-figures [data-runs='{runs + 1}']").wait_for(timeout=timeout_ms)
-    page.wait_for_function(
-        "([el, old]) => el.querySelector('.explorer-chart img') && "
-        "el.querySelector('.explorer-chart img').getAttribute('src') !== old",
-        arg=[explorer.element_handle(), before_png], timeout=timeout_ms)
-    after_text = figures.inner_text()
-    assert after_text != before_text, "the figures did not change"
-    return before_text, after_text
+NOT_DONATING = "update_with_donate = jax.jit(lambda state, delta: state + delta)\n"
 
 
 # --------------------------------------------------------------------------- the tests
@@ -329,6 +80,10 @@ def test_lesson_01_runs_clean_and_the_explorer_responds(lab, course_copy, page):
     save(page)
     assert run_problems(course_copy / LESSON) == []
     assert explorer_problems(page) == []
+    for n, containing in enumerate(("draw_buffers(right", "draw_peaks(results)")):  # the lesson's figures
+        figure = find_code_cell(page, containing)
+        figure.scroll_into_view_if_needed()
+        shot(page, f"01{'ab'[n]}-lesson-figure", figure)
     explorer = page.locator(EXPLORER_SELECTOR).first
     explorer.scroll_into_view_if_needed()
     shot(page, "02-memory-explorer", explorer)
@@ -336,6 +91,23 @@ def test_lesson_01_runs_clean_and_the_explorer_responds(lab, course_copy, page):
     shot(page, "03-memory-explorer-changed", explorer)
     if refresh_docs_image("memory-explorer.png"):
         explorer.screenshot(path=str(DOCS_IMAGES / "memory-explorer.png"))
+
+
+def test_lessons_open_unmodified(lab, course_copy, page):
+    """A lesson just opened shows no modified marker once its kernel is idle.
+    (JupyterLab writes the kernel's language_info into the notebook and marks
+    it modified when that changes it: the lessons carry it whole.)"""
+    for name in sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")):
+        before = (course_copy / name).read_bytes()
+        open_notebook(page, lab, name)
+        page.wait_for_timeout(1500)  # the kernel's info is in: its language_info was set
+        dirty = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty, .jp-NotebookPanel.jp-mod-dirty")
+        if dirty.count():
+            shot(page, f"00-opened-modified-{name[:2]}")
+        assert dirty.count() == 0, f"{name} opens marked as modified"
+        assert (course_copy / name).read_bytes() == before, f"opening {name} wrote to it"
+    shot(page, "00-opened-unmodified")
+    shut_down_kernels(lab)  # seven idle kernels: the later tests need the CPU more
 
 
 def test_unanswered_lesson_stops_only_at_the_exercise(lab, course_copy, page):
@@ -375,8 +147,8 @@ def test_exercise_feedback_and_validate(lab, course_copy, page):
     run_cell(page, answer)
     run_cell(page, example)
     wrong = output_text(example)
-    assert "CheckFailed" in wrong, wrong
-    assert "update_with_donate([1.0, 2.0], [0.5, 0.5]): expected [1.5, 2.5], got [0.5, 1.5]" in wrong, wrong
+    # The message alone: no traceback, nothing of checks.py (CheckFailed._render_traceback_).
+    assert wrong.strip() == "update_with_donate([1.0, 2.0], [0.5, 0.5]): expected [1.5, 2.5], got [0.5, 1.5].", wrong
     example.scroll_into_view_if_needed()
     shot(page, "05-exercise-wrong-answer")
 
@@ -404,64 +176,6 @@ def test_exercise_feedback_and_validate(lab, course_copy, page):
     # Otherwise the server's root is notebooks/ and Validate would check the
     # shipped copy, not this one: test_validate_button_as_on_binder presses it.
 
-
-def press_validate(page, shot_name):
-    """Press nbgrader's Validate toolbar button; return the result dialog's text."""
-    validate = page.locator(".jp-NotebookPanel-toolbar .jp-ToolbarButtonComponent", has_text="Validate")
-    save(page)
-    page.evaluate("() => { window.__dlDialogText = null; }")
-    validate.first.click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.wait_for(timeout=RUN_TIMEOUT_MS)
-    # The result is in when the heading no longer says "Validating" and the
-    # text has stopped changing (the same on two polls, 250 ms apart).
-    page.wait_for_function(
-        "() => { const d = document.querySelector('.jp-Dialog'); if (!d) return false; "
-        "const t = d.innerText, same = window.__dlDialogText === t; window.__dlDialogText = t; "
-        "return same && !/Validating/i.test(t.split('\\n')[0] || '') && t.length > 20; }",
-        timeout=RUN_TIMEOUT_MS, polling=250)
-    text = dialog.inner_text()
-    shot(page, shot_name)
-    dialog.locator("button").last.click()
-    return text
-
-
-def refresh_docs_image(name):
-    """README pictures are committed: write one only when it is missing or
-    when DONATION_LAB_REFRESH_IMAGES=1, so a test run leaves the tree clean."""
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    return not (DOCS_IMAGES / name).exists() or os.environ.get("DONATION_LAB_REFRESH_IMAGES") == "1"
-
-
-def crop_cells(page, cells, dest):
-    """One small picture spanning the given cells (README figure)."""
-    boxes = [c.bounding_box() for c in cells]
-    x = min(b["x"] for b in boxes)
-    y = min(b["y"] for b in boxes)
-    right = max(b["x"] + b["width"] for b in boxes)
-    bottom = max(b["y"] + b["height"] for b in boxes)
-    page.screenshot(path=str(dest), clip={"x": x, "y": y, "width": right - x, "height": bottom - y})
-
-
-def broken_notebook(path: Path):
-    """A lesson gone wrong: a widget whose model does not exist, a cell tagged
-    raises-exception (allowed), a cell that errors, and one after it."""
-    cells = [
-        nbformat.v4.new_code_cell(
-            "from IPython.display import display\n"
-            "display({'application/vnd.jupyter.widget-view+json':\n"
-            "         {'model_id': 'no-such-model', 'version_major': 2, 'version_minor': 0}}, raw=True)"),
-        nbformat.v4.new_code_cell("raise ValueError('shown on purpose')",
-                                  metadata={"tags": ["raises-exception"]}),
-        nbformat.v4.new_code_cell("after_tagged = 1"),
-        nbformat.v4.new_code_cell("1 / 0"),
-        nbformat.v4.new_code_cell("after_error = 2"),
-    ]
-    nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-    return path
 
 
 def test_checker_catches_a_broken_lesson(env, browser, tmp_path):
@@ -523,3 +237,56 @@ def test_validate_button_as_on_binder(env, browser, tmp_path):
     finally:
         context.close()
         server.stop()
+
+
+def test_self_paced_path_answer_07_in_the_lab_then_check_it(env, lab, course_copy, page, tmp_path):
+    """The self-paced learner: `./course lab`, answer lesson 7 in the browser
+    (the solution's answers typed into the answer cells), Run All, save; then
+    `./course check` on a copy of the saved notebook gives 22 of 22 and names
+    the notebooks not checked. An answer that does not donate, typed and
+    saved the same way, gets less, with the failing checks' messages."""
+    name = f"selfpaced/{EXERCISE}"
+    (course_copy / "selfpaced").mkdir(exist_ok=True)
+    shutil.copy2(NOTEBOOKS / EXERCISE, course_copy / name)
+    solution = {grade_id(c): "\n".join(ln for ln in c.source.splitlines() if "### " not in ln)  # no markers
+                for c in nbformat.read(SOLUTIONS / EXERCISE, as_version=4).cells}
+    open_notebook(page, lab, name)
+    answer = code_cell(page, "# YOUR CODE HERE")
+    set_cell_source(page, answer, solution["ex-answer"])
+    set_cell_source(page, code_cell(page, "# YOUR CODE HERE"), solution["cap-answer"])
+    run_all(page)
+    save(page)
+    assert run_problems(course_copy / name) == []
+    shot(page, "11-selfpaced-run-all-capstone", also=tmp_path)
+    scroll_to_top(page)
+    example = code_cell(page, "update_with_donate([1.0, 2.0], [0.5, 0.5])")
+    example.scroll_into_view_if_needed()
+    shot(page, "11-selfpaced-answered", also=tmp_path)
+
+    mine, private = tmp_path / "mine" / EXERCISE, tmp_path / "private"
+    mine.parent.mkdir()
+    shutil.copy2(course_copy / name, mine)
+    out = check_my_work(env, mine, private, page, "12-selfpaced-check-solved", tmp_path,
+                        docs_image="self-check-feedback.png")
+    assert "07_update_with_donate: 22 of 22" in out and "\u2718" not in out, out
+    assert "not checked:" in out and "01_why_donate: not given" in out, out
+
+    # An answer that does not donate: the public check in the lab says why, alone.
+    answer = code_cell(page, "def update_with_donate(state, delta)")
+    set_cell_source(page, answer, NOT_DONATING)
+    run_cell(page, answer)
+    donated = code_cell(page, "checks.expect_deleted('state after update_with_donate")
+    run_cell(page, donated)
+    message = output_text(donated).strip()
+    assert message.startswith("state after update_with_donate(state, delta) is still alive"), message
+    assert "Traceback" not in message and "checks.py" not in message, message
+    donated.scroll_into_view_if_needed()
+    shot(page, "13-selfpaced-not-donating", also=tmp_path)
+    save(page)
+    shutil.copy2(course_copy / name, mine)
+    out = check_my_work(env, mine, private, page, "14-selfpaced-check-not-donating", tmp_path)
+    score = int(re.search(r"^07_update_with_donate: (\d+) of 22$", out, re.M)[1])
+    assert score < 22, out
+    failed = [line for line in out.splitlines() if line.lstrip().startswith("\u2718")]
+    assert len(failed) >= 2 and any("is still alive" in line for line in failed), out
+    assert "Traceback" not in out, out

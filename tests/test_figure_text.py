@@ -114,8 +114,15 @@ def close_figures():
 
 
 def test_lesson_1_buffer_boxes():
+    """Each name also lies inside its box."""
     fig = run_cells("01_why_donate.ipynb", "l1-setup", "l1-fresh", "l1-donate", "l1-picture")
     assert len(fig.axes) == 2 and layout_problems(fig) == []
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [p.get_window_extent(renderer) for p in ax.patches]
+        for text in ax.texts:
+            extent = text.get_window_extent(renderer)
+            assert any(inside(extent, box) for box in boxes), f"{text.get_text()!r} is not inside its box"
 
 
 @pytest.mark.parametrize("case", CASES)

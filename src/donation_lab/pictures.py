@@ -41,15 +41,17 @@ def draw_buffers(ax, title: str, rows: list, addresses: dict | None = None):
     for name, address, deleted in rows:
         key = address if address is not None else addresses.get(name, ("deleted", name))
         boxes.setdefault(key, []).append((name, deleted))
+    width, step = 1.5, 1.7  # boxes wide, gaps narrow: room for "params (deleted)" (tests/test_figure_text.py)
     for i, names in enumerate(boxes.values()):
-        ax.add_patch(Rectangle((i * 1.2, 0), 1, 1, facecolor="#e8f0fe", edgecolor="black"))
+        x = i * step
+        ax.add_patch(Rectangle((x, 0), width, 1, facecolor="#e8f0fe", edgecolor="black"))
         for j, (name, deleted) in enumerate(names):
             y = 0.7 - 0.3 * j
-            ax.text(i * 1.2 + 0.5, y, name + (" (deleted)" if deleted else ""), ha="center", va="center",
+            ax.text(x + width / 2, y, name + (" (deleted)" if deleted else ""), ha="center", va="center",
                     fontsize=8, color="grey" if deleted else "black")
             if deleted:
-                ax.plot([i * 1.2 + 0.1, i * 1.2 + 0.9], [y, y], color="tab:red", linewidth=1)
-    ax.set_xlim(-0.1, max(1, len(boxes)) * 1.2)
+                ax.plot([x + 0.1, x + width - 0.1], [y, y], color="tab:red", linewidth=1)
+    ax.set_xlim(-0.1, max(1, len(boxes)) * step)
     ax.set_ylim(-0.1, 1.1)
     ax.set_axis_off()
     ax.set_title(f"{title}: {len(boxes)} buffer{'s' if len(boxes) != 1 else ''}", fontsize=9)
