@@ -1,5 +1,8 @@
 """Every notebook is valid nbformat 4.5, ids are unique, learner copies are clean."""
+import functools
 import json
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -65,15 +68,21 @@ def test_solution_copies_have_answers_and_no_hidden_tests():
         assert "NotImplementedError()" not in text, f"{path.name} has an unanswered cell"
 
 
+@functools.cache
+def kernel_language_info() -> dict:
+    """ipykernel's language_info, read in a process of its own (imported here,
+    ipykernel would change how ipywidgets' widgets close at this process's exit)."""
+    code = "import json; from ipykernel.ipkernel import IPythonKernel; print(json.dumps(IPythonKernel.language_info))"
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
 @pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_language_info_is_what_the_kernel_reports(path):
     """JupyterLab writes the kernel's language_info into a notebook it opens and
     marks it modified when that changes anything: every notebook carries the
     whole of it, as ipykernel reports it on the course's Python (3.11; the
     browser test opens the lessons and sees no modified marker)."""
-    from ipykernel.ipkernel import IPythonKernel
-
-    reported = dict(IPythonKernel.language_info)
+    reported = kernel_language_info()
     info = dict(nbformat.read(path, as_version=4).metadata.get("language_info", {}))
     assert info.pop("version", "").rsplit(".", 1)[0] == "3.11", f"{path.name}: not the course's Python 3.11"
     assert info == {k: v for k, v in reported.items() if k != "version"}, f"{path.name}: {info}"
