@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import psutil
@@ -217,7 +218,8 @@ def test_the_course_bundle_names_the_course_not_its_students(generated_course, t
 
     course = Course(generated_course(tmp_path / "course"))
     before = bundle.build(course, compile_cache=True)
-    with Gradebook(course.db_url, course.course_id) as gb:
+    with Gradebook(course.db_url, course.course_id) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's relationships
         gb.add_student("someone")
         gb.add_submission(course.assignment, "someone")
     assert bundle.build(course, compile_cache=True).digest == before.digest
@@ -309,6 +311,9 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
         assert not list((cluster.folder / name).rglob("submitted/*")), "a student's files are left on a worker"
     wait_for(lambda: cluster.client.run_on_scheduler(lambda dask_scheduler: not dask_scheduler.tasks), 20,
              "the scheduler to forget the run's tasks")
+    # the run set the scheduler's allowed-failures to 1 and put its default back
+    assert cluster.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.allowed_failures) == 3
+    assert "allowed-failures could not be set" not in (tmp_path / "grade.log").read_text()
 
 
 def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpus_files, tmp_path, env,
