@@ -99,15 +99,19 @@ class ClusterExecutor:
         except (OSError, TimeoutError) as exc:
             raise CourseError(f"--scheduler {self.address}: no Dask scheduler answers there ({exc}); start one "
                               "with `dask scheduler` and workers with `./course worker SCHEDULER`") from None
+        self.prior_failures = None
         try:
-            self.prior_failures = self.client.run_on_scheduler(allowed_failures(MAX_ATTEMPTS - 1))
-        except Exception as exc:  # a scheduler that runs no client code
-            self.prior_failures = None
-            say(f"note: the scheduler's allowed-failures could not be set to 1 ({exc}); a submission whose "
-                "worker dies may run more than twice")
-        self.log.line(f"run {self.run_id} on {self.address}: course bundle {self.bundle.digest[:16]} "
-                 f"({len(self.bundle.data)} bytes gzip'd); this machine: {self.mine}")
-        self.admit()
+            try:
+                self.prior_failures = self.client.run_on_scheduler(allowed_failures(MAX_ATTEMPTS - 1))
+            except Exception as exc:  # a scheduler that runs no client code
+                say(f"note: the scheduler's allowed-failures could not be set to 1 ({exc}); a submission whose "
+                    "worker dies may run more than twice")
+            self.log.line(f"run {self.run_id} on {self.address}: course bundle {self.bundle.digest[:16]} "
+                          f"({len(self.bundle.data)} bytes gzip'd); this machine: {self.mine}")
+            self.admit()
+        except BaseException:  # Ctrl-C while workers are admitted: the scheduler as it was, the client closed
+            self.close()
+            raise
 
     # --- workers
     def on_workers(self, function, *args, workers: list[str]) -> dict:
@@ -266,9 +270,9 @@ class ClusterExecutor:
             return
         self.closed = True
         try:
-            self.end_run(kill=False)
             if self.prior_failures is not None:
                 self.client.run_on_scheduler(allowed_failures(self.prior_failures))
+            self.end_run(kill=False)
         finally:
             line = self.log.summary(len(self.accepted), len(self.refused), len(self.bundle.data), self.bundles_sent)
             self.log.line(line)

@@ -32,7 +32,8 @@ IDLE_EXIT = 600          # a grading process that waits this long for a student 
 
 
 def kill_tree(pid: int) -> None:
-    """Kill a process and everything under it (a grading process and its kernels)."""
+    """Kill a process and everything under it (a grading process and its kernels), and wait until
+    they are gone: a dying one could still write into the scratch folder that is removed next."""
     import psutil
 
     try:
@@ -45,6 +46,7 @@ def kill_tree(pid: int) -> None:
             p.kill()
         except psutil.Error:
             pass
+    psutil.wait_procs(procs, timeout=10)
 
 
 class MeasuredConnection:
