@@ -143,7 +143,7 @@ class ClusterExecutor:
             if isinstance(answer, dict) and "threads" in answer:
                 self.accepted[address] = answer["threads"]
                 self.log.line(f"worker {address} admitted ({answer['threads']} thread(s)"
-                         f"{', bundle sent' if address in needs else ''})")
+                              f"{', bundle sent' if address in needs else ''})")
                 continue
             self.refuse(address, answer.get("refused") if isinstance(answer, dict) else
                         f"it could not be checked: {answer!r}")
