@@ -69,6 +69,9 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
     state = {"busy": False, "seq": 0, "cell": "", "user_ns": None, "shell": None, "session": None}
     trusted_files = set()  # cells whose source, as IPython parsed it, is exactly one of the course's
     writable = (realpath(workdir), "/tmp", "/dev/null")
+    installed = tuple(sorted({realpath(p) + "/" for p in (sys.prefix, sys.base_prefix, *(
+        os.path.dirname(os.path.dirname(modules[m].__file__)) for m in ("donation_lab.checks",
+                                                                         "donation_course.hidden.safe")))}))
 
     def record(kind, **fields):
         state["seq"] += 1
@@ -209,10 +212,12 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         return f
 
     def library_code(event, args):
-        """The code of an import comes from an installed file, outside what a kernel may write."""
+        """The code of an import comes from an installed file: under the interpreter, the
+        environment or the course's packages, which the sandbox binds read-only (wherever they
+        are: a checkout under /tmp is as installed as one anywhere else)."""
         path = args[1] if event == "compile" and len(args) > 1 else getattr(args[0], "co_filename", "")
         path = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
-        return path.startswith("/") and not realpath(path).startswith(writable)
+        return path.startswith("/") and realpath(path).startswith(installed)
 
     def library_between(frame):
         """An allowed library's frame lies between the event and the nearest learner frame."""
