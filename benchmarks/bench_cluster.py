@@ -67,6 +67,7 @@ def main():
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--workers", type=int, default=2)
     a = p.parse_args()
+    import dask
     from distributed import LocalCluster
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))  # kept if a run fails, for its logs
@@ -79,6 +80,7 @@ def main():
     copies = iter(range(100))
     fresh = lambda: shutil.copytree(base, tmp / f"course-{next(copies)}")  # noqa: E731
 
+    dask.config.set({"temporary-directory": str(tmp / "dask")})  # the scheduler's folder too
     t = time.perf_counter()
     cluster = LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                            local_directory=str(tmp / "dask"))
