@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from donation_course.grading.zygote import kill_all
 from helpers import COURSE_CMD, free_port
 
 # a grading kernel's process, at each step of its launch (kernel.py, bwrap, the kernel itself)
@@ -89,13 +90,6 @@ class Cluster:
                 proc.wait()
 
 
-def kill_all(procs) -> None:
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
 
 
 def grading_processes(cluster: Cluster) -> list[psutil.Process]:

@@ -41,6 +41,13 @@ def kill_tree(pid: int) -> None:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return
+    kill_all(procs)
+
+
+def kill_all(procs) -> None:
+    """SIGKILL each of `procs` (psutil processes; those already gone are skipped), then wait for them."""
+    import psutil
+
     for p in procs:
         try:
             p.kill()
