@@ -58,7 +58,8 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
     def state_of(shell):
         return take_state(shell, the_sys, builtins, names, libraries)
 
-    write, getframe, modules, realpath = os.write, sys._getframe, sys.modules, os.path.realpath
+    write, getframe, modules, realpath, islink = os.write, sys._getframe, sys.modules, os.path.realpath, os.path.islink
+    folders = {}  # folder -> its realpath (resolved)
     find_spec = PathFinder.find_spec
     sign, sha256, dumps = hmac.new, hashlib.sha256, json.dumps
     cell_name = re.compile(r"/ipykernel_\d+/(\d+)\.py$").search
@@ -159,6 +160,8 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             return None
         if event.startswith("marshal.") and frame.f_code.co_filename.startswith("<frozen importlib"):
             return None  # an import reading a module's compiled code
+        if caller is None and settled_here(event, args, frame):
+            return None
         outer, f = caller, frame
         while outer is None and f is not None:
             outer, f = learner(f), f.f_back
@@ -166,11 +169,7 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             return None
         module = frame.f_globals.get("__name__", "")
         if event == "import":
-            top = str(args[0]).split(".")[0]
-            importer = frame
-            while importer is not None and (importer.f_code.co_filename.startswith("<frozen importlib")
-                                            or importer.f_globals.get("__name__", "").startswith("importlib")):
-                importer = importer.f_back
+            top, importer = str(args[0]).split(".")[0], importer_of(frame)
             if top in dangerous or (importer is not None and learner(importer) and top not in allowed
                                     and (top in modules or find_spec(top) is not None)):
                 return outer, f"imports {args[0]}"
@@ -204,6 +203,29 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             return None  # a library the learner may use runs a helper (matplotlib's fc-list)
         return outer, event + (f" {os.fsdecode(args[0])}" if event in path_events and isinstance(args[0], str) else "")
 
+    def settled_here(event, args, frame):
+        """True for the events a library raises by the thousand (an import's file reads,
+        imports and module code) when no learner frame could change the verdict, which
+        is None: decided without walking the stack (judge's slow part)."""
+        if event == "open":
+            path, mode = args[0], str(args[1] or "r")
+            return isinstance(path, int) or (isinstance(path, str) and path.startswith(installed)
+                                             and "/.." not in path and not any(c in mode for c in "wax+"))
+        if event == "import":
+            importer = importer_of(frame)
+            return str(args[0]).split(".")[0] not in dangerous and (importer is None or not learner(importer))
+        if event in code_events:
+            return (frame.f_globals.get("__name__", "").startswith("importlib") or frame.f_code.co_filename.startswith(
+                "<frozen importlib")) and library_code(event, args)
+        return False
+
+    def importer_of(frame):
+        """The frame that asked for an import: the first one outside importlib's machinery."""
+        while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                     or frame.f_globals.get("__name__", "").startswith("importlib")):
+            frame = frame.f_back
+        return frame
+
     def entry_frame(frame):
         """The frame just inside the nearest learner frame: what the learner's code called."""
         f = frame
@@ -217,7 +239,16 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         are: a checkout under /tmp is as installed as one anywhere else)."""
         path = args[1] if event == "compile" and len(args) > 1 else getattr(args[0], "co_filename", "")
         path = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
-        return path.startswith("/") and realpath(path).startswith(installed)
+        return path.startswith("/") and resolved(path).startswith(installed)
+
+    def resolved(path):
+        """realpath(path), with each folder's resolved once: module files come by the hundred from a few folders."""
+        folder, name = os.path.split(path)
+        if name in ("", ".", "..") or islink(path):
+            return realpath(path)
+        if folder not in folders:
+            folders[folder] = realpath(folder)
+        return folders[folder] + "/" + name
 
     def library_between(frame):
         """An allowed library's frame lies between the event and the nearest learner frame."""
