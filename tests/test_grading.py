@@ -10,8 +10,7 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, ROOT
-from donation_course.grading.compile_cache import FOLDER as CACHE
+from donation_course.course import COURSE, ROOT, Course
 from helpers import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
@@ -40,7 +39,7 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
     scores = {}
     for mode, extra in (("default", []), ("neither", ["--no-sandbox", "--no-compile-cache"])):
         course = generated_course(tmp_path / mode)
-        assert any((course / CACHE).iterdir())  # the template's prepare filled it
+        assert any((Course(course).compile_cache).iterdir())  # the template's prepare filled it
         grade(env, submitted, "--course", course, "--timeout", "300", "--no-progress", *extra)
         row = read_csv(course / ".grading" / "grades.csv")["ann"]
         assert (row["status"], row["total"], row["max"]) == ("ok", "43.0", "43.0"), row
@@ -174,9 +173,9 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
     other.start()
     try:
         with pytest.raises(RuntimeError, match="grading workers are forked.*'other'"):
-            job = WorkerJob(course=str(tmp_path), db=str(tmp_path / "w.db"), cell_timeout=6, max_output_bytes=1,
-                            kernel=GradingSettings().kernel(""), kernel_dir=str(tmp_path), log=str(tmp_path),
-                            tmp=str(tmp_path))
+            job = WorkerJob(course=str(tmp_path), assignment="a", db=str(tmp_path / "w.db"), cell_timeout=6,
+                            max_output_bytes=1, kernel=GradingSettings().kernel(""), kernel_dir=str(tmp_path),
+                            log=str(tmp_path), tmp=str(tmp_path))
             LocalPool(1, job, timeout=6)
     finally:
         stop.set()
@@ -197,6 +196,40 @@ def test_the_compile_cache_is_filled_again_only_when_what_it_ran_changes(tmp_pat
     nb.cells[-1].source += "\n"
     nbformat.write(nb, exercise)
     assert cache_digest(course) != before
+
+
+def test_an_edit_to_the_hidden_checks_regrades_everyone_and_fills_the_cache_again(tmp_path, monkeypatch):
+    from donation_course.grading import prepare
+
+    course = Course(make_course(tmp_path / "course"))
+    checks = tmp_path / "exercise.py"  # stands for donation_course/hidden/exercise.py
+    checks.write_text("def check(): pass\n")
+    monkeypatch.setattr(prepare, "hidden_checks", lambda: [checks])
+    source, cache = prepare.source_digest(course), prepare.cache_digest(course)
+    checks.write_text("def check(): assert False\n")
+    assert prepare.source_digest(course) != source  # a new version: --only-changed regrades everyone
+    assert prepare.cache_digest(course) != cache
+    assert prepare.hidden_checks() == [checks]
+    monkeypatch.undo()
+    assert {p.name for p in prepare.hidden_checks()} >= {"exercise.py", "capstone.py", "safe.py"}
+
+
+def test_filling_the_compile_cache_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    from donation_course.grading.compile_cache import fill
+
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(make_course(tmp_path / "full") / "nbgrader_config.py", course)
+    cell = nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nimport jax\nprint(jax.jit(lambda x: x + 1)(1))\n"
+                                     "### END HIDDEN TESTS")
+    (course / "source" / "a").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), course / "source" / "a" / "n.ipynb")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the fill's process and its kernel inherit it
+    line = fill(Course(course), tmp_path / "cache", "digest")
+    assert line.startswith("compiled the hidden tests' programs"), line
+    assert sorted(p.name for p in scratch.iterdir()) == []  # no kernel connection file left behind
 
 
 def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):

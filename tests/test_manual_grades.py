@@ -10,7 +10,7 @@ import nbformat
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, ROOT
-from helpers import GRADE_LIMITS, grade, nbgrader
+from helpers import GRADE_LIMITS, grade, nbgrader, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
@@ -93,3 +93,42 @@ def test_a_formgrader_edit_made_during_a_run_is_kept(tmp_path, env, generated_co
     assert {k: ours[k] for k in ("manual", "extra", "comment", "flagged")} == \
         {k: edited[k] for k in ("manual", "extra", "comment", "flagged")}, (ours, edited)
     assert ours == serial_state(course, tmp_path, "bob", "serial", env)
+
+
+def test_accepting_a_flagged_result_enters_the_checks_scores_as_manual_scores(tmp_path, env, generated_course):
+    from nbgrader.api import Gradebook
+
+    course = generated_course(tmp_path / "course")
+    subs = submissions(tmp_path, {"ann": "partial"})
+    nb = nbformat.read(subs / f"ann_{EX}.ipynb", as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == COMMENTED)
+    answer.source = "import os  # outside the policy: flagged, though the answer is right\n" + answer.source
+    nbformat.write(nb, subs / f"ann_{EX}.ipynb")
+    grade(env, subs, "--course", course, *GRADE_LIMITS)
+    before = read_grades(course / ".grading" / "grades.csv")["ann"]
+    assert (before["status"], float(before[EX])) == ("flagged", 0.0), before
+
+    def cells():
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            nb_ = gb.find_submission_notebook(EX, ASSIGNMENT, "ann")
+            return {g.name: (g.manual_score, g.needs_manual_grade, g.max_score) for g in nb_.grades}
+
+    feedback = course / ".grading" / "feedback" / "ann.html"
+    page_before = feedback.read_text(encoding="utf-8")
+    one = run([ROOT / "course", "feedback", "--course", course, "--accept", "ann", "--cell", CELL], env)
+    assert "accepted the automatic result of 1 flagged cell(s)" in one.stdout, one.stdout
+    after_one = cells()
+    assert after_one[CELL] == (after_one[CELL][2], False, after_one[CELL][2])  # the full score the check gave
+    assert all(needs and manual is None for name, (manual, needs, _) in after_one.items() if name != CELL)
+    grades_ = read_grades(course / ".grading" / "grades.csv")["ann"]
+    assert grades_["status"] == "flagged"  # cells still wait: not yet the instructor's whole decision
+
+    run([ROOT / "course", "feedback", "--course", course, "--accept", "ann"], env)
+    final = cells()
+    assert all(manual == top and not needs for manual, needs, top in final.values()), final
+    row = read_grades(course / ".grading" / "grades.csv")["ann"]
+    assert (row["status"], float(row[EX])) == ("ok", 22.0), row
+    assert feedback.read_text(encoding="utf-8") != page_before  # the learner's page made again
+
+    refused = run([ROOT / "course", "feedback", "--course", course, "--accept", "bob"], env, check=False)
+    assert refused.returncode != 0 and "--accept bob: no flagged automatic result" in refused.stderr, refused

@@ -12,8 +12,7 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, ROOT
-from donation_course.grading.compile_cache import FOLDER as CACHE
+from donation_course.course import COURSE, ROOT, Course
 from donation_course.grading.scan import scan_notebook, scan_source
 from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
 
@@ -229,7 +228,7 @@ def test_a_grading_kernel_loads_what_the_source_compiled_and_writes_nothing(tmp_
     prepare from the source's hidden tests) serves a correct answer's
     programs to a sandboxed kernel; a program the source never compiled
     compiles as usual and is not written."""
-    cache = course_template / CACHE
+    cache = Course(course_template).compile_cache
     before = sorted(p.name for p in cache.iterdir())
     code = """
 import functools, logging, sys
@@ -276,11 +275,11 @@ def test_an_unsandboxed_run_leaves_the_courses_compile_cache_as_it_was(tmp_path,
             cell.source += PLANTER
     nbformat.write(nb, subs / f"planter_{EX}.ipynb")
     course = generated_course(tmp_path / "course")
-    before = sorted(p.name for p in (course / CACHE).iterdir())
+    before = sorted(p.name for p in (Course(course).compile_cache).iterdir())
     grade(env, subs, "--course", course, "--no-sandbox", *GRADE_LIMITS)
     graded = (course / "autograded" / "planter" / ASSIGNMENT / f"{EX}.ipynb").read_text()
     assert "planted 1" in graded
-    assert sorted(p.name for p in (course / CACHE).iterdir()) == before
+    assert sorted(p.name for p in (Course(course).compile_cache).iterdir()) == before
 
 
 

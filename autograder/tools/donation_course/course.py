@@ -1,8 +1,8 @@
 """The course's facts and the plumbing every instructor tool shares.
 
 Each fact is read from one place: the course id from `nbgrader_config.py`,
-the assignment from the one folder under `source/`, the notebooks from that
-folder's contents. `COURSE` is the course in this repository
+the assignment from the folders under `source/` (the only one, or the one
+named with `--assignment`), the notebooks from that folder's contents. `COURSE` is the course in this repository
 (`autograder/`); the grading command takes any other course folder with
 `--course` and reads the same facts from it.
 """
@@ -43,9 +43,11 @@ def load_config(folder: Path):
 
 @dataclass(frozen=True)
 class Course:
-    """An nbgrader course folder: nbgrader_config.py and source/<assignment>/."""
+    """An nbgrader course folder: nbgrader_config.py and source/<assignment>/
+    (one or several; `name` picks one, and may be left out when there is one)."""
 
     root: Path
+    name: str | None = None
 
     @cached_property
     def config(self):
@@ -58,14 +60,51 @@ class Course:
         return self.config.CourseDirectory.get("course_id", "default_course")
 
     @cached_property
-    def assignment(self) -> str:
+    def assignments(self) -> list:
+        """The assignment folders under source/, sorted."""
         folders = sorted(p.name for p in (self.root / "source").glob("*") if p.is_dir())
         if not (self.root / "nbgrader_config.py").is_file() or not folders:
             raise CourseError(f"{self.root}: not an nbgrader course (needs nbgrader_config.py and "
                               "source/<assignment>/)")
-        if len(folders) != 1:
-            raise CourseError(f"{self.root / 'source'}: expected exactly one assignment folder, found {folders}")
-        return folders[0]
+        return folders
+
+    @cached_property
+    def assignment(self) -> str:
+        if self.name is not None:
+            if self.name not in self.assignments:
+                raise CourseError(f"--assignment {self.name}: no such assignment in {self.root / 'source'} "
+                                  f"(it has {', '.join(self.assignments)})")
+            return self.name
+        if len(self.assignments) != 1:
+            raise CourseError(f"{self.root / 'source'} holds several assignments ({', '.join(self.assignments)}): "
+                              "name one with --assignment")
+        return self.assignments[0]
+
+    @property
+    def several(self) -> bool:
+        """True when source/ holds more than one assignment."""
+        return len(self.assignments) > 1
+
+    @property
+    def grading_dir(self) -> Path:
+        """The grader's own files for this assignment (state, logs, exports):
+        COURSE/.grading/, or COURSE/.grading/<assignment>/ in a course with
+        several. The run lock stays in COURSE/.grading/: one gradebook."""
+        top = self.root / ".grading"
+        return top / self.assignment if self.several else top
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.root / ".grading"
+
+    @property
+    def state_file(self) -> Path:
+        return self.grading_dir / "state.json"
+
+    @property
+    def compile_cache(self) -> Path:
+        """The grading kernels' JAX compile cache (grading/compile_cache.py)."""
+        return self.grading_dir / "compile-cache"
 
     @property
     def source(self) -> Path:

@@ -27,7 +27,6 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ..course import Course
-from .compile_cache import FOLDER as CACHE
 
 # nbgrader's tables that hold students and what they submitted: left out of the bundle
 STUDENT_TABLES = frozenset({"student", "submitted_assignment", "submitted_notebook", "grade", "comment"})
@@ -78,11 +77,15 @@ def build(course: Course, compile_cache: bool) -> Bundle:
     """The bundle of `course` as this run grades it (with its compile cache or not)."""
     files = {"nbgrader_config.py": (course.root / "nbgrader_config.py").read_bytes(),
              GRADEBOOK_SQL: gradebook_sql(course.gradebook).encode()}
-    folders = [course.source, course.release] + ([course.root / CACHE] if compile_cache else [])
-    for folder in folders:
+    # the bundle holds this assignment alone, so the cache goes where a one-assignment course keeps it
+    folders = {course.source: course.source.relative_to(course.root),
+               course.release: course.release.relative_to(course.root)}
+    if compile_cache:
+        folders[course.compile_cache] = Path(".grading", "compile-cache")
+    for folder, name in folders.items():
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if path.is_file() and "__pycache__" not in path.parts:
-                files[path.relative_to(course.root).as_posix()] = path.read_bytes()
+                files[(name / path.relative_to(folder)).as_posix()] = path.read_bytes()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(files):

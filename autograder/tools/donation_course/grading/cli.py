@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
         "nbgrader_config.py (c.GradingSettings), then from these flags."))
     p.add_argument("submissions", type=Path)
     p.add_argument("--course", type=Path, default=AUTOGRADER, help="nbgrader course folder (default: autograder/)")
+    p.add_argument("--assignment", default=None, metavar="NAME",
+                   help="which assignment of the course (a folder under source/); needed when it has several")
     p.add_argument("--workers", type=int, help="parallel workers (default: the cores this process may use)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="grade on a running Dask cluster (workers: `./course worker SCHEDULER`); default: "
@@ -40,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-mb", type=int, help="address-space limit of each kernel (default 3072)")
     p.add_argument("--max-processes", type=int, help="processes and threads of each kernel (default 256)")
     p.add_argument("--max-file-mb", type=int, help="largest file a kernel may write, in MiB (default 256)")
-    p.add_argument("--out", type=Path, default=None, help="where grades.csv and feedback/ go (default COURSE/.grading)")
+    p.add_argument("--out", type=Path, default=None, help="where grades.csv and feedback/ go (default "
+                   "COURSE/.grading, or COURSE/.grading/NAME in a course with several assignments)")
     p.add_argument("--only-changed", action="store_true", help="grade only new or changed submissions")
     p.add_argument("--lms", choices=sorted(PRESETS), default=None,
                    help="the export's file naming (default: detected from the file names)")
@@ -104,7 +107,7 @@ def main(argv: list[str]) -> int:
     from .run import GradeRequest, grade_class
 
     args = parser().parse_args(argv)
-    course = Course(args.course.resolve())
+    course = Course(args.course.resolve(), args.assignment)
     settings = settings_from(args, course)
     request = GradeRequest(submissions=args.submissions, students=tuple(args.student or ()),
                            only_changed=args.only_changed)

@@ -140,12 +140,10 @@ class _Stopped(Exception):
 
 
 def _grade(state: RunState, worker, digest: str, job, timeout: int, student: str, files: dict[str, bytes]) -> dict:
-    from ..course import Course
-
     course = course_dir(worker, digest)
     if not (course / bundle.READY).exists():
         raise RuntimeError(f"the course bundle is not unpacked at {course}")
-    assignment = Course(course).assignment
+    assignment = job.assignment
     folders = [course / top / student for top in ("submitted", "autograded", "feedback")]
     try:
         grader = state.graders.get(threading.get_ident())

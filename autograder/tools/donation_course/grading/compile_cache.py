@@ -34,7 +34,6 @@ from pathlib import Path
 from ..course import Course
 from .sandbox import unsandboxed_env
 
-FOLDER = ".grading/compile-cache"  # in the course, beside the grader's state file
 HIDDEN = "### BEGIN HIDDEN TESTS"
 CELL_TIMEOUT = 120  # seconds per cell of the instructor's own notebook
 STAMP = "filled-from"  # in the folder: what it was filled from (JAX reads only its *-cache entries)
@@ -66,7 +65,7 @@ def fill(course: Course, folder: Path, digest: str) -> str:
     shutil.rmtree(new, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
     new.mkdir(parents=True)
-    run = subprocess.run([sys.executable, "-m", __name__, str(course.root), str(new)],
+    run = subprocess.run([sys.executable, "-m", __name__, str(course.root), course.assignment, str(new)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if run.returncode != 0:
         shutil.rmtree(new, ignore_errors=True)
@@ -96,11 +95,13 @@ def run_notebooks(course: Course, cache: Path) -> None:
         env = unsandboxed_env(home, cache=str(cache), writable=True)
         for path in notebooks_with_hidden_tests(course):
             nb = nbformat.read(path, as_version=4)
-            km = AsyncKernelManager(kernel_name="fill",
+            # its connection file in the folder that goes, and shut down after
+            # (cleanup_kc): nbclient leaves a kernel manager it did not make running
+            km = AsyncKernelManager(kernel_name="fill", connection_file=str(Path(home) / f"{path.stem}.json"),
                                     kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
             NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=True,
-                           resources={"metadata": {"path": home}}).execute(env=env)
+                           resources={"metadata": {"path": home}}).execute(env=env, cleanup_kc=True)
 
 
 if __name__ == "__main__":
-    run_notebooks(Course(Path(sys.argv[1])), Path(sys.argv[2]))
+    run_notebooks(Course(Path(sys.argv[1]), sys.argv[2]), Path(sys.argv[3]))

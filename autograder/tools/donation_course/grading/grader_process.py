@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from .compile_cache import FOLDER as CACHE
+from ..course import Course
 from .zygote import kill_tree, zygote
 
 SCRATCH_PREFIX = "dlc-"  # in /tmp: a kernel's socket path has at most 107 bytes
@@ -83,7 +83,8 @@ def start(course: Path, job, local_directory: str) -> Grader:
     logs.mkdir(exist_ok=True)
     log = logs / f"grader-{scratch.name}.log"
     shutil.copyfile(course / "gradebook.db", scratch / "worker.db")
-    cache = course / CACHE if job.kernel.compile_cache and (course / CACHE).is_dir() else ""
+    cache = Course(course).compile_cache  # a bundle's course: this assignment alone
+    cache = cache if job.kernel.compile_cache and cache.is_dir() else ""
     if cache and not job.kernel.sandbox:  # unsandboxed kernels could write to it: their own copy
         cache = shutil.copytree(cache, scratch / "compile-cache")
     job = replace(job, course=str(course), db=str(scratch / "worker.db"), log=str(log), tmp=str(scratch / "w"),

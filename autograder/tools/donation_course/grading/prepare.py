@@ -12,9 +12,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ..course import Course, run_nbgrader
-from .compile_cache import FOLDER as CACHE
 from .compile_cache import fill, filled_from, notebooks_with_hidden_tests
-from .state import STATE, State, load_state, save_state
+from .state import State, load_state, save_state
 
 
 def digest_files(paths: Iterable[Path]) -> str:
@@ -24,14 +23,25 @@ def digest_files(paths: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def hidden_checks() -> list:
+    """The hidden checks' modules the grade cells import (donation_course.hidden)."""
+    from .. import hidden
+
+    return sorted(Path(hidden.__file__).parent.glob("*.py"))
+
+
 def source_digest(course: Course) -> str:
-    """What the assignment is generated from: the source notebooks and the nbgrader config."""
-    return digest_files(course.source_notebooks() + [course.root / "nbgrader_config.py"])
+    """What the grades are made from: the source notebooks, the nbgrader
+    config and the hidden checks (an edit to any of them regrades everyone,
+    --only-changed included)."""
+    return digest_files(course.source_notebooks() + [course.root / "nbgrader_config.py"] + hidden_checks())
 
 
 def cache_digest(course: Course) -> str:
-    """What the compile cache is filled from: the notebooks with hidden tests, run with this JAX."""
-    return digest_files(notebooks_with_hidden_tests(course)) + f"-jax-{version('jax')}-jaxlib-{version('jaxlib')}"
+    """What the compile cache is filled from: the notebooks with hidden tests
+    and the checks they call, run with this JAX."""
+    return (digest_files(notebooks_with_hidden_tests(course) + hidden_checks())
+            + f"-jax-{version('jax')}-jaxlib-{version('jaxlib')}")
 
 
 def ensure_assignment(course: Course, state: State, log: Path) -> None:
@@ -49,12 +59,12 @@ def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache
     """Read the state file (or start afresh), generate the assignment if its
     source changed, save the state; with `compile_cache`, fill the cache
     anew if it is missing or what it was filled from changed. Returns the state."""
-    path = course.root / STATE
+    path = course.state_file
     state = load_state(path, say)
     ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
     save_state(path, state)
     if compile_cache:
-        cache, digest = course.root / CACHE, cache_digest(course)
+        cache, digest = course.compile_cache, cache_digest(course)
         if filled_from(cache) != digest:
             say(fill(course, cache, digest))
     return state

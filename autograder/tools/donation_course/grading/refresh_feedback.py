@@ -4,11 +4,13 @@ formgrader), with nbgrader's own `generate_feedback` (forced for them only:
 without --force nbgrader skips everyone who already has feedback) and the
 learner's page (student_page.py); then grades.csv, the LMS import files and
 the class report are written again from the gradebook (report.py).
+With `--accept STUDENT`, a flagged student's automatic result is first
+entered as the instructor's manual scores (accept.py).
 
 What a student's feedback was made from is kept as a digest of their
 gradebook entry (every cell's scores, extra credit and needs-manual-grade
-flag, every comment, the time and late penalty) in COURSE/.grading/
-feedback.json, beside a fingerprint of their nbgrader feedback files. When
+flag, every comment, the time and late penalty) in the course's grading
+folder (feedback.json), beside a fingerprint of their nbgrader feedback files. When
 the files changed since (`./course grade` made them again) or no digest is
 kept, the feedback was made by grading: from the automatic scores alone, so
 a student differs from it exactly when a person entered something.
@@ -24,13 +26,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..course import AUTOGRADER, Course, CourseError, load_config
+from .accept import accept
 from .gradebook import open_gradebook
 from .report import row_of, write_reports
 from .result import Status, StudentResult, Summary
 from .settings import GradingSettings
-from .state import STATE, load_state, run_lock, write_atomic
+from .state import load_state, run_lock, write_atomic
 
-DIGESTS = ".grading/feedback.json"
+DIGESTS = "feedback.json"  # in Course.grading_dir
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def fingerprint(course: Course, sid: str) -> str:
 
 def load_digests(course: Course) -> dict:
     try:
-        data = json.loads((course.root / DIGESTS).read_text(encoding="utf-8"))
+        data = json.loads((course.grading_dir / DIGESTS).read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -119,7 +122,7 @@ def regenerate(course: Course, out: Path, changes: list[Change]) -> tuple[list[s
     from .messages import diagnose
     from .student_page import write_page
 
-    api, state = make_api(course), load_state(course.root / STATE, lambda line: print(line, file=sys.stderr))
+    api, state = make_api(course), load_state(course.state_file, lambda line: print(line, file=sys.stderr))
     kept, done, failed = load_digests(course), [], []
     for change in changes:
         sid = change.student
@@ -133,7 +136,7 @@ def regenerate(course: Course, out: Path, changes: list[Change]) -> tuple[list[s
         with open_gradebook(course) as gb:
             kept[sid] = {"digest": digest(gb.find_submission(course.assignment, sid)),
                          "files": fingerprint(course, sid)}
-        write_atomic(course.root / DIGESTS, json.dumps(kept, indent=1, sort_keys=True))
+        write_atomic(course.grading_dir / DIGESTS, json.dumps(kept, indent=1, sort_keys=True))
         done.append(sid)
     return done, failed
 
@@ -144,21 +147,34 @@ def parser() -> argparse.ArgumentParser:
         "students whose grades or comments changed since their feedback was made (nbgrader's generate_feedback "
         "skips everyone who has feedback unless forced). Release it after: nbgrader release_feedback."))
     p.add_argument("--course", type=Path, default=AUTOGRADER, help="nbgrader course folder (default: autograder/)")
+    p.add_argument("--assignment", default=None, metavar="NAME",
+                   help="which assignment of the course (a folder under source/); needed when it has several")
     p.add_argument("--out", type=Path, default=None, help="where the learner pages go (default: as ./course grade)")
     p.add_argument("--student", action="append", default=None, metavar="ID", help="only this student (repeatable)")
     p.add_argument("--all", action="store_true", help="every student, changed or not")
     p.add_argument("--include-waiting", action="store_true",
                    help="also students whose cells still wait for manual grading")
     p.add_argument("--dry-run", action="store_true", help="only list the students whose feedback is out of date")
+    p.add_argument("--accept", action="append", default=None, metavar="ID",
+                   help="a flagged student whose code you read and found honest: their flagged cells get the "
+                   "automatic score the checks gave as manual score, as if typed into formgrader (repeatable)")
+    p.add_argument("--cell", action="append", default=None, metavar="NOTEBOOK/CELL",
+                   help="with one --accept: only these flagged cells (repeatable; default every flagged cell)")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    course = Course(args.course.resolve())
+    course = Course(args.course.resolve(), args.assignment)
     settings = GradingSettings(config=course.config)
-    out = args.out.resolve() if args.out else settings.output_folder(course.root)
-    with run_lock((course.root / STATE).parent):
+    out = args.out.resolve() if args.out else settings.output_folder(course)
+    if args.cell and len(args.accept or ()) != 1:
+        raise CourseError("--cell goes with exactly one --accept")
+    with run_lock(course.lock_dir):
+        if args.accept and not args.dry_run:
+            state = load_state(course.state_file, lambda line: print(line, file=sys.stderr))
+            for sid in args.accept:
+                print(accept(course, state, sid, tuple(args.cell or ())).line())
         changes = changed_students(course, tuple(args.student or ()), args.all)
         unknown = sorted(set(args.student or ()) - {c.student for c in changed_students(course, everyone=True)})
         if unknown:
@@ -170,7 +186,7 @@ def main(argv: list[str]) -> int:
                   + (f"; still waiting for manual grading: {', '.join(waiting)}" if waiting else ""))
             return 0
         done, failed = regenerate(course, out, ready)
-        state = load_state(course.root / STATE, lambda line: print(line, file=sys.stderr))
+        state = load_state(course.state_file, lambda line: print(line, file=sys.stderr))
         write_reports(course, {sid: s.summary for sid, s in state.students.items()}, out, settings=settings)
     print(f"feedback made again for {len(done)} student(s) whose grades changed: {', '.join(done) or 'nobody'}"
           + (f"; still waiting for manual grading, left for later: {', '.join(waiting)}" if waiting else "")

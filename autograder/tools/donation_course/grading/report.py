@@ -69,7 +69,16 @@ def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str,
         reasons.insert(0, "sandbox off")
     if not audit:
         reasons.insert(0, "audit off")
-    return Summary(status=status, reasons=reasons, files=files, name=name)
+    withheld = {nb: {g.name: g.withheld for g in data.grades if g.withheld is not None}
+                for nb, data in result.notebooks.items()}
+    for nb, cells in withheld.items():
+        if cells:
+            top = sum(g.max_score for g in result.notebooks[nb].grades if g.name in cells)
+            reasons.append(f"{nb}: the automatic checks gave {sum(cells.values()):g} of {top:g} points, "
+                           "withheld until the instructor reviews the flag")
+    return Summary(status=status, reasons=reasons, files=files, name=name,
+                   withheld={nb: cells for nb, cells in withheld.items() if cells},
+                   submitted=[nb for nb in notebooks if nb in submitted])
 
 
 def roster_name(student) -> str:
@@ -94,11 +103,12 @@ def student_row(sub, summary: Summary, notebooks: list[str]) -> dict:
             row["cells"][f"{nb.name}:{g.name}"] = Cell(g.score, g.max_score, bool(g.needs_manual_grade),
                                                        g.manual_score is not None)
     points = sum(row.get(nb, 0.0) for nb in notebooks)
+    full = all(row.get(nb, 0.0) >= row["notebook_max"].get(nb, 0.0) for nb in summary.submitted or notebooks)
     reasons = list(summary.reasons)
     if row["late_penalty"]:
         reasons.insert(0, f"late submission penalty {row['late_penalty']:g} (nbgrader)")
     row.update(total=round(points - row["late_penalty"], 3), max=round(sub.max_score, 3),
-               status=summary.status or (Status.OK.value if points >= sub.max_score else Status.PARTIAL.value),
+               status=summary.status or (Status.OK.value if full else Status.PARTIAL.value),
                reason=" | ".join(reasons), files=summary.files)
     return row
 

@@ -31,6 +31,7 @@ class CellGrade:
     needs_manual_grade: bool = False
     message: str = ""      # the learner message the cell's check printed or raised
     error: bool = False    # the cell raised
+    withheld: float | None = None  # a flagged cell: the automatic score, kept for the instructor (accept.py)
 
     @property
     def score(self) -> float:
@@ -105,7 +106,7 @@ class StudentResult:
             return
         for name, found in flags.items():
             for g in self.notebooks.get(name, NotebookResult()).grades:
-                g.auto_score, g.needs_manual_grade = 0.0, True
+                g.withheld, g.auto_score, g.needs_manual_grade = g.auto_score, 0.0, True
                 g.message = "flagged for the instructor (manual grading): " + found[0].reason
         self.status = Status.FLAGGED
         listed = "; ".join(str(f) for found in flags.values() for f in found[:5])
@@ -120,10 +121,13 @@ class Summary:
     reasons: list[str] = field(default_factory=list)
     files: str = ""
     name: str = ""
+    withheld: dict[str, dict[str, float]] = field(default_factory=dict)  # flagged: notebook -> cell -> score
+    submitted: list[str] = field(default_factory=list)  # the notebooks the student handed in
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Summary:
-        return cls(**{k: data[k] for k in ("status", "reasons", "files", "name") if k in data})
+        return cls(**{k: data[k] for k in ("status", "reasons", "files", "name", "withheld", "submitted")
+                   if k in data})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import shutil
 import sys
 import tempfile
@@ -23,7 +24,6 @@ from pathlib import Path
 from ..course import Course, CourseError, read_notebook
 from .audit_log import trusted_cells
 from .collect import collect, stage
-from .compile_cache import FOLDER as CACHE
 from .gradebook import assignment_facts, merge_result
 from .pool import LocalPool
 from .prepare import digest_files, prepare
@@ -32,7 +32,7 @@ from .report import row_of, summarize, write_reports
 from .result import Status, StudentResult
 from .scan import ALLOWED_MODULES
 from .settings import GradingSettings
-from .state import STATE, StudentState, run_lock, save_state, write_atomic
+from .state import StudentState, run_lock, save_state, write_atomic
 from .student_page import write_page
 from .worker import WorkerJob, make_kernelspec
 
@@ -77,9 +77,25 @@ def late_timestamp(files: dict, duedate, notes: list, sid: str):
 class Run:
     def __init__(self, course: Course, settings: GradingSettings, request: GradeRequest):
         self.course, self.settings, self.request = course, settings, request
-        self.out = settings.output_folder(course.root)
-        self.state_path = course.root / STATE
+        self.out = settings.output_folder(course)
+        self.state_path = course.state_file
         self.start = time.monotonic()
+        self.phases: dict[str, float] = {}  # seconds per step of the run: logs/timings.json
+
+    @contextlib.contextmanager
+    def timed(self, phase: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] = round(self.phases.get(phase, 0.0) + time.monotonic() - start, 3)
+
+    def write_timings(self) -> None:
+        """How long each step took, setup (everything before the first submission is
+        handed to a worker) apart: logs/timings.json, read by benchmarks/bench_grading.py."""
+        setup = sum(v for k, v in self.phases.items() if k not in ("grading", "reports"))
+        write_atomic(self.out / "logs" / "timings.json",
+                     json.dumps({**self.phases, "setup": round(setup, 3), "students": len(self.gradable)}, indent=1))
 
     def collect(self, workdir: Path) -> None:
         """Find every submission (before nbgrader runs: bad input fails in a moment)."""
@@ -178,10 +194,13 @@ class Run:
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
         self.start = time.monotonic()
+        pool_start = time.monotonic()
         held: list[StudentResult] = []  # kernels that never started, before any did: the grader's fault?
         started = False
         try:
             with self.executor() as pool, contextlib.closing(pool.grade(self.gradable)) as results:
+                self.phases["workers"] = round(time.monotonic() - pool_start, 3)
+                grading = time.monotonic()
                 for result in results:
                     bar.update()
                     if result.infrastructure and not started:
@@ -195,6 +214,7 @@ class Run:
                     for waiting in [*held, result]:
                         self.on_result(waiting)
                     held = []
+                self.phases["grading"] = round(time.monotonic() - grading, 3)
         finally:
             bar.close()
 
@@ -206,7 +226,7 @@ class Run:
             kernel_dir = make_kernelspec(Path(tmp) / "jupyter", sys.executable)
             logs = self.out / "logs"
             logs.mkdir(parents=True, exist_ok=True)
-            cache = self.course.root / CACHE
+            cache = self.course.compile_cache
             if not self.settings.compile_cache or not cache.is_dir():
                 cache = ""
             elif not self.settings.sandbox:
@@ -214,7 +234,8 @@ class Run:
                 # only told not to): they get this run's copy of it.
                 cache = shutil.copytree(cache, Path(tmp) / "compile-cache")
             kernel = self.settings.kernel(str(cache), trusted_cells(self.course), sorted(ALLOWED_MODULES))
-            job = WorkerJob(course=str(self.course.root), db=str(Path(tmp) / "worker.db"),
+            job = WorkerJob(course=str(self.course.root), assignment=self.course.assignment,
+                            db=str(Path(tmp) / "worker.db"),
                             cell_timeout=self.settings.cell_seconds(self.course.cell_timeout()),
                             max_output_bytes=self.settings.max_output_bytes,
                             kernel=kernel, kernel_dir=str(kernel_dir), log=str(logs), tmp=scratch)
@@ -254,18 +275,20 @@ def grade_class(course: Course, settings: GradingSettings, request: GradeRequest
         require_sandbox(settings)
     run = Run(course, settings, request)
     with tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work, contextlib.ExitStack() as locked:
-        run.collect(Path(work))  # bad input stops here, before anything in the course is written
-        locked.enter_context(run_lock(run.state_path.parent, say))
-        run.prepare()
-        run.plan()
-        run.stage()
-        run.backup()
+        with run.timed("collect"):
+            run.collect(Path(work))  # bad input stops here, before anything in the course is written
+        locked.enter_context(run_lock(course.lock_dir, say))
+        for step in (run.prepare, run.plan, run.stage, run.backup):
+            with run.timed(step.__name__):
+                step()
         run.out.mkdir(parents=True, exist_ok=True)
         try:
             run.grade()
         finally:
-            rows = run.write_reports()
-            save_state(run.state_path, run.state)
+            with run.timed("reports"):
+                rows = run.write_reports()
+                save_state(run.state_path, run.state)
+            run.write_timings()
     elapsed = time.monotonic() - run.start
     print(f"graded {len(run.gradable)} submission(s) in {elapsed:.1f}s "
           + (f"on the cluster at {settings.scheduler}" if settings.scheduler else

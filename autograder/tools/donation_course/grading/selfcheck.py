@@ -29,7 +29,7 @@ from .prepare import prepare
 from .result import StudentResult
 from .run import GradeRequest, Run, require_sandbox
 from .settings import GradingSettings
-from .state import STATE, run_lock
+from .state import run_lock
 
 ME = "me"  # the private course's one student
 DIR_ENV = "DONATION_LAB_CHECK_DIR"
@@ -227,9 +227,9 @@ def main(argv: list[str]) -> int:
         raise CourseError(str(exc)) from None
     require_sandbox(settings)
     say = lambda line: print(line, file=sys.stderr, flush=True)
-    out = settings.output_folder(course.root)
-    with run_lock((course.root / STATE).parent):
-        if not (course.root / STATE).exists():
+    out = settings.output_folder(course)
+    with run_lock(course.lock_dir):
+        if not course.state_file.exists():
             say(f"first check: preparing your private grading course in {course.root} (once)")
         prepare(course, out, say, compile_cache=False)  # the release, to tell an answer from a stub
         chosen, skipped = pick(files, course, assignment_facts(course).max_scores)

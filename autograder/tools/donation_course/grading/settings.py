@@ -99,8 +99,9 @@ class GradingSettings(Configurable):
     def cell_seconds(self, course_default: int) -> int:
         return min(self.cell_timeout or course_default, self.timeout)
 
-    def output_folder(self, course_root: Path) -> Path:
-        return (Path(self.out) if self.out else course_root / ".grading").resolve()
+    def output_folder(self, course) -> Path:
+        """`out`, else the course's grading folder (Course.grading_dir)."""
+        return (Path(self.out) if self.out else course.grading_dir).resolve()
 
     def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=()) -> KernelSettings:
         return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,

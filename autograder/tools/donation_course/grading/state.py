@@ -19,8 +19,6 @@ from pathlib import Path
 from ..course import CourseError
 from .result import Summary
 
-STATE = ".grading/state.json"  # in the course folder; .grading/ is git-ignored
-
 
 @dataclass
 class StudentState:

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import Course, load_config
+from ..course import load_config
 from .audit_log import read_audit
 from .messages import cell_messages, diagnose, died_at_startup
 from .result import CellGrade, Comment, NotebookResult, StudentResult
@@ -29,6 +29,7 @@ class WorkerJob:
     """What a worker needs: the course, its gradebook copy, the limits, where it logs and works."""
 
     course: str
+    assignment: str
     db: str
     cell_timeout: int
     max_output_bytes: int
@@ -156,8 +157,7 @@ def ensure_folders(job: WorkerJob) -> None:
         make_kernelspec(Path(job.kernel_dir), sys.executable)
 
 
-def grade_one(api, course: Path, student: str, tmp: Path) -> StudentResult:
-    assignment = Course(course).assignment
+def grade_one(api, course: Path, assignment: str, student: str, tmp: Path) -> StudentResult:
     flags = scan_submission(course, student, assignment)
     start = time.monotonic()
     try:
@@ -251,7 +251,7 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
             return
         try:
             ensure_folders(job)
-            conn.send(("done", grade_one(api, course, student, Path(job.tmp))))
+            conn.send(("done", grade_one(api, course, job.assignment, student, Path(job.tmp))))
         except Exception:
             conn.send(("done", StudentResult.failed(
                 student, "the grader itself failed on this submission; your instructor has the full log "

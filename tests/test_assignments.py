@@ -1,0 +1,55 @@
+"""A course with several assignments: `--assignment` picks one; each keeps
+its own state, grades and exports under .grading/<assignment>/, in one
+gradebook, and grading one leaves the other's grades as they were."""
+import shutil
+
+from donation_course.corpus import exercise as corpus
+from donation_course.course import COURSE, Course
+from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
+
+EX = corpus.EXERCISE
+FIRST, SECOND = COURSE.assignment, "week-2"
+
+
+def two_assignment_course(tmp_path):
+    """The course's assignment, and a second one holding the exercise alone."""
+    course = make_course(tmp_path / "course")
+    (course / "source" / SECOND).mkdir()
+    shutil.copy(course / "source" / FIRST / f"{EX}.ipynb", course / "source" / SECOND)
+    return course
+
+
+def test_a_course_with_two_assignments_grades_each_on_its_own(tmp_path, env):
+    course = two_assignment_course(tmp_path)
+    corpus.build(tmp_path / "all")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(tmp_path / "all" / f"partial_{EX}.ipynb", subs / f"ann_{EX}.ipynb")
+    shutil.copy(tmp_path / "all" / f"nodonate_{EX}.ipynb", subs / f"bob_{EX}.ipynb")
+    limits = [*GRADE_LIMITS, "--no-compile-cache"]
+
+    unnamed = grade(env, subs, "--course", course, *limits, check=False)
+    assert unnamed.returncode != 0
+    assert f"several assignments ({FIRST}, {SECOND}): name one with --assignment" in unnamed.stderr, unnamed.stderr
+    wrong = grade(env, subs, "--course", course, "--assignment", "week-9", *limits, check=False)
+    assert wrong.returncode != 0 and "--assignment week-9: no such assignment" in wrong.stderr, wrong.stderr
+    assert not (course / "gradebook.db").exists()  # refused before anything was written
+
+    grade(env, subs, "--course", course, "--assignment", SECOND, *limits)
+    second = read_grades(course / ".grading" / SECOND / "grades.csv")
+    assert {s: (r["total"], r["max"]) for s, r in second.items()} == {"ann": ("22.0", "22.0"), "bob": ("16.0", "22.0")}
+    assert (course / ".grading" / SECOND / "state.json").is_file()
+    assert not (course / ".grading" / "grades.csv").exists()
+
+    shutil.copy(tmp_path / "all" / f"nodonate_{EX}.ipynb", subs / f"ann_{EX}.ipynb")  # week 1: ann's other try
+    grade(env, subs, "--course", course, "--assignment", FIRST, *limits)
+    first = read_grades(course / ".grading" / FIRST / "grades.csv")
+    assert (first["ann"]["total"], first["ann"]["max"]) == ("16.0", "43.0"), first["ann"]
+    assert read_grades(course / ".grading" / SECOND / "grades.csv") == second  # week 2 as it was
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert {a.name for a in gb.assignments} == {FIRST, SECOND}
+        assert gb.find_submission(SECOND, "ann").score == 22.0
+    assert gradebook_scores(course)["ann"][EX] == 16.0  # helpers read the course's own assignment
+    assert Course(course, SECOND).grading_dir == course / ".grading" / SECOND
