@@ -275,9 +275,16 @@ def check_my_work(env, notebook: Path, private: Path, page, name, folder, docs_i
     feedback = page.context.new_page()
     try:
         feedback.goto(Path(re.search(r"^feedback: (.+)$", r.stdout, re.M)[1]).as_uri())
+        feedback.set_viewport_size({"width": 1024, "height": 800})
+        # every message wraps inside the page: nothing wider than the body, nothing scrolls sideways
+        widths = feedback.evaluate("() => ({body: document.body.getBoundingClientRect().right, "
+                                   "widest: Math.max(...[...document.querySelectorAll('table, pre')].map("
+                                   "e => e.getBoundingClientRect().right)), "
+                                   "scroll: document.documentElement.scrollWidth, view: window.innerWidth})")
+        assert widths["widest"] <= widths["body"] + 1 and widths["scroll"] <= widths["view"], widths
         shot(feedback, name, also=folder, full_page=True)
         if docs_image and os.environ.get("DONATION_LAB_REFRESH_IMAGES") == "1":
-            feedback.screenshot(path=str(DOCS_IMAGES / docs_image), full_page=True)  # the messages do not wrap
+            feedback.screenshot(path=str(DOCS_IMAGES / docs_image), full_page=True)
     finally:
         feedback.close()
     return r.stdout

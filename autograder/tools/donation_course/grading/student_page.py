@@ -13,8 +13,10 @@ from pathlib import Path
 from ..course import Course
 from .result import StudentResult
 
-STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{border:1px solid #ccc;"
-         "padding:.3em .6em;vertical-align:top}table{border-collapse:collapse}.pass{color:#070}.fail{color:#a00}")
+STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}td,th{border:1px solid #ccc;"
+         "padding:.3em .6em;vertical-align:top}table{border-collapse:collapse;width:100%}"
+         "td:first-child{white-space:nowrap}pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}"
+         ".pass{color:#070}.fail{color:#a00}")
 
 
 def write_page(row: dict, result: StudentResult, course: Course, out: Path) -> Path:
