@@ -339,3 +339,23 @@ def test_hidden_checks_are_not_fooled_by_redefined_helpers(hidden):
         np.allclose, np.array_equal, np.testing.assert_allclose, jnp.allclose, builtins.all = saved
     with pytest.raises(hidden.HiddenCheckFailed):
         hidden.check_example(wrong)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"cpu.max": "200000 100000\n"}, 2),                                  # cgroup v2, a 2-CPU pod
+    ({"cpu.max": "50000 100000\n"}, 1),                                   # half a core: one worker
+    ({"cpu.max": "max 100000\n"}, None),                                  # no limit: the affinity
+    ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),                                                           # no cgroup files
+])
+def test_the_default_worker_count_follows_a_pods_cpu_limit(tmp_path, files, expected):
+    import os
+
+    from donation_course.grading.settings import available_cores
+
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    affinity = len(os.sched_getaffinity(0))
+    assert available_cores(tmp_path) == (min(expected, affinity) if expected else affinity)

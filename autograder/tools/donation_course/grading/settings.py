@@ -28,18 +28,26 @@ KERNEL_SETTINGS_ENV = "DONATION_LAB_KERNEL"
 STUDENT_DIR_ENV = "DONATION_LAB_STUDENT_DIR"
 
 
-def available_cores() -> int:
-    """Cores this process may use: its CPU affinity, then a cgroup quota (a hub pod's CPU limit)."""
+def available_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """Cores this process may use: its CPU affinity, then a cgroup quota (a hub
+    pod's CPU limit): cgroup v2's cpu.max, or v1's cpu.cfs_quota_us over
+    cpu.cfs_period_us; a fraction of a core counts as one."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            cores = min(cores, max(1, int(int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
+    for quota_file, period_file in ((cgroup / "cpu.max", None),
+                                    (cgroup / "cpu" / "cpu.cfs_quota_us", cgroup / "cpu" / "cpu.cfs_period_us")):
+        try:
+            if period_file is None:
+                quota, period = quota_file.read_text().split()
+            else:
+                quota, period = quota_file.read_text().strip(), period_file.read_text().strip()
+            if quota not in ("max", "-1"):
+                cores = min(cores, max(1, int(quota) // int(period)))
+            break
+        except (OSError, ValueError):
+            continue
     return max(1, cores)
 
 
