@@ -154,14 +154,24 @@ def test_only_the_shapes_compiled_under_debug_nans_stay_non_donating():
     assert x5.is_deleted() and not x4.is_deleted()
 
 
-def test_jax_clear_caches_also_restores_donation():
+def test_jax_clear_caches_restores_donation_for_every_jitted_function_at_once():
+    # Lesson 5 (l5-clear-all): two functions compiled under debug_nans do not donate
+    # after the mode is off; one jax.clear_caches() and both donate again.
     f = jax.jit(lambda x: 3.0 * x, donate_argnums=0)
+    g = jax.jit(lambda x: x + 1.0, donate_argnums=0)
     with jax.debug_nans(True):
         f(jnp.ones(4))
+        g(jnp.ones(4))
+
+    def deleted():
+        a, b = jnp.ones(4), jnp.ones(4)
+        f(a)
+        g(b)
+        return a.is_deleted(), b.is_deleted()
+
+    assert deleted() == (False, False)
     jax.clear_caches()
-    x = jnp.ones(4)
-    f(x)
-    assert x.is_deleted()
+    assert deleted() == (True, True)
 
 
 def test_compiled_before_debug_nans_keeps_donating_and_nan_rerun_finds_input_deleted():
@@ -196,6 +206,20 @@ def test_two_jits_of_one_function_with_the_same_options_share_the_cache():
         x = jnp.ones(4)
         second(x)
     assert x.is_deleted(), "a new jit wrapper no longer shares the cache: lesson 05's note is wrong"
+
+
+def test_a_second_jit_of_jnp_log_with_the_same_options_reuses_the_donating_program():
+    # Lesson 5 (l5-fresh-text, l5-same-key): jax.jit(jnp.log, donate_argnums=0) made again
+    # shares the first one's compiled program, so under debug_nans it still donates;
+    # a new lambda around jnp.log is another function and compiles without donation.
+    jax.clear_caches()                          # no other test's jnp.log program
+    jax.jit(jnp.log, donate_argnums=0)(jnp.ones(4))
+    with jax.debug_nans(True):
+        x = jnp.ones(4)
+        jax.jit(jnp.log, donate_argnums=0)(x)
+        y = jnp.ones(4)
+        jax.jit(lambda v: jnp.log(v), donate_argnums=0)(y)
+    assert x.is_deleted() and not y.is_deleted()
 
 
 def test_debug_infs_does_not_disable_donation_and_inf_rerun_finds_input_deleted(capfd):
@@ -295,6 +319,13 @@ SHARDING_SCRIPT = textwrap.dedent("""
         alias = k.lower(jax.device_put(jnp.arange(16.0), asplit)).compile().memory_analysis().alias_size_in_bytes
         res["auto"][name] = {"deleted": a.is_deleted(), "warnings": [m.splitlines()[0] for m in w],
                              "spec": str(out.sharding.spec), "alias": alias}
+    # with_sharding_constraint takes a sharding on the Auto mesh, not one on the Explicit mesh
+    try:
+        jax.jit(lambda v: jax.lax.with_sharding_constraint(2.0 * v, split), donate_argnums=0)(
+            jax.device_put(jnp.arange(16.0), asplit))
+        res["constraint_explicit"] = "ran"
+    except ValueError as err:
+        res["constraint_explicit"] = str(err)
     m = jax.jit(lambda v: jnp.ones((16, 16)) @ v, donate_argnums=0)
     a = jax.device_put(jnp.arange(16.0), split)
     out, w = call(m, a)
@@ -343,6 +374,14 @@ def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(
     assert mismatch["deleted"] is False
     assert len(mismatch["warnings"]) == 1
     assert mismatch["warnings"][0].startswith("Some donated buffers were not usable: float32[2].")
+
+
+def test_with_sharding_constraint_needs_a_sharding_on_the_auto_mesh(sharding_facts):
+    # Lesson 6, exercise 6.2's Hint 1: on an Auto-mesh input, a constraint to the Explicit
+    # mesh's `split` is refused; to the Auto mesh's own sharding it runs (and donates: "fixed").
+    assert sharding_facts["constraint_explicit"].startswith(
+        "The spec of NamedSharding passed to with_sharding_constraint can only refer to Auto axes of the mesh.")
+    assert sharding_facts["fixed"]["deleted"] is True
 
 
 def test_sharding_constraint_on_auto_mesh_misses_donation_silently(sharding_facts):
@@ -411,7 +450,7 @@ def test_shard_layout_helpers_describe_and_grid(sharding_facts):
             jax.debug.visualize_array_sharding(a)
             print("rich-available")
         except ValueError as exc:
-            print("rich-missing" if "rich" in str(exc) else repr(exc))
+            print("rich-missing" if str(exc) == "`visualize_sharding` requires `rich` to be installed." else repr(exc))
     """)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)

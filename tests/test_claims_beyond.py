@@ -230,14 +230,35 @@ def test_loop_carry_donation_carries_through_the_outer_jit(name):
     assert not carry.is_deleted()
 
 
-def test_donated_input_is_deleted_when_the_call_returns():
+def test_donated_input_is_deleted_when_the_call_returns_whether_or_not_the_result_is_ready():
+    """Lesson 3 (l3-async): a result not ready yet as the call returns, and one that
+    is (a tiny program runs before the call returns): the input is deleted in both;
+    without donation it is not."""
     chain = jax.jit(lambda m: m @ m @ m, donate_argnums=0)
-    chain(jnp.ones((300, 300))).block_until_ready()
-    m = jnp.ones((300, 300))
-    result = chain(m)
-    assert m.is_deleted()            # checked before waiting for the result
+    chain(jnp.ones((1000, 1000))).block_until_ready()
+    seen = []
+    for _ in range(5):
+        m = jnp.ones((1000, 1000)).block_until_ready()
+        result = chain(m)
+        seen.append((result.is_ready(), m.is_deleted()))   # asked before waiting for the result
+        result.block_until_ready()
+        assert result.is_ready() and m.is_deleted()
+        if not seen[-1][0]:
+            break
+    assert (False, True) in seen, f"every call returned with its result ready: {seen}"
+    assert all(deleted for _, deleted in seen)
+    tiny = jax.jit(lambda v: v * 2, donate_argnums=0)
+    tiny(jnp.ones(4)).block_until_ready()
+    v = jnp.ones(4).block_until_ready()
+    out = tiny(v)
+    assert v.is_deleted()
+    out.block_until_ready()
+    plain = jax.jit(lambda m: m @ m @ m)
+    plain(jnp.ones((1000, 1000))).block_until_ready()
+    m = jnp.ones((1000, 1000))
+    result = plain(m)
+    assert not m.is_deleted()
     result.block_until_ready()
-    assert result.is_ready()
 
 
 # ---- lesson 5: what the debug_nans re-run reads first (l5-before-*, l5-order) ----
@@ -292,6 +313,32 @@ def test_jax_num_cpu_devices_right_after_import_and_refused_after_first_use():
             print("refused" if "before backends are initialized" in str(err) else err)
     """)
     assert result.stdout.split() == ["8", "refused"], result.stderr
+
+
+def test_once_the_backend_started_from_xla_flags_neither_switch_changes_the_count():
+    """Lesson 6 (l6-late): the backend started with XLA_FLAGS' 8 devices; setting the
+    flag to 2 afterwards changes nothing, and jax_num_cpu_devices is refused with a
+    RuntimeError that says to set it right after `import jax`. (The other side, the
+    flag or the option in time, is test_xla_flags_count_... and the test above.)"""
+    result = run_fresh("""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        import jax
+        print(len(jax.devices()))
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        print(len(jax.devices()))
+        try:
+            jax.config.update("jax_num_cpu_devices", 2)
+            print("accepted")
+        except RuntimeError as err:
+            print(repr(str(err)))
+        print(len(jax.devices()))
+    """)
+    assert result.stdout.splitlines() == [
+        "8", "8",
+        repr("jax_num_cpu_devices config should be updated before backends are initialized i.e. before any JAX "
+             "operation is executed. You should initialize this config immediately after `import jax`."),
+        "8"], result.stderr
 
 
 def test_an_array_on_another_device_is_copied_not_donated_silently():
