@@ -17,13 +17,21 @@ Two figures, both measured here on the same machine in the same run:
      source's hidden tests compiled, grading/compile_cache.py); a sandboxed
      `--no-compile-cache` run shows what the cache saves.
   --sandbox-only measures figure 3 alone.
+  --setup: a class of 8 on a warm course (generated, compile cache filled,
+     graded once): the run's setup, read from its logs/timings.json
+     (target: at most 3 s), and the peak memory of the whole process tree
+     (the run, its workers, their kernels and sandboxes), sampled every
+     0.05 s as the sum of RSS and of PSS (which shares a page between the
+     processes mapping it), beside serial `nbgrader autograde` on the same 8.
 Everything runs in scratch courses; autograder/ is never touched.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -82,6 +90,17 @@ def submissions(dest: Path, n: int, floor_course: Path = None) -> Path:
     return files
 
 
+def serial_course(dest: Path, files: Path) -> Path:
+    """A course for serial `nbgrader autograde` of the same submissions: generated, in nbgrader's layout."""
+    serial = make_course(dest)
+    sh(nbgrader_command("generate_assignment", ASSIGNMENT, "--force"), cwd=serial)
+    for f in files.iterdir():
+        d = serial / "submitted" / f.name.split("_")[0] / ASSIGNMENT
+        d.mkdir(parents=True)
+        shutil.copy(f, d / f"{EX}.ipynb")
+    return serial
+
+
 def time_grade(files, course, workers, extra=()):
     t = time.perf_counter()
     sh([ROOT / "course", "grade", files, "--course", course, "--workers", workers, "--no-progress", *extra])
@@ -93,19 +112,16 @@ def main():
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--sandbox-only", action="store_true", help="only the sandbox's cost (figure 3)")
+    p.add_argument("--setup", action="store_true", help="setup and peak memory of a small class (8 by default)")
     a = p.parse_args()
     if a.sandbox_only:
         return sandbox_cost(a)
+    if a.setup:
+        return setup_and_memory(a)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
         files = submissions(tmp, a.n)
-        # serial nbgrader autograde, same submissions, nbgrader layout
-        serial = make_course(tmp / "serial")
-        sh(nbgrader_command("generate_assignment", ASSIGNMENT, "--force"), cwd=serial)
-        for f in files.iterdir():
-            d = serial / "submitted" / f.name.split("_")[0] / ASSIGNMENT
-            d.mkdir(parents=True)
-            shutil.copy(f, d / f"{EX}.ipynb")
+        serial = serial_course(tmp / "serial", files)
         t = time.perf_counter()
         sh(nbgrader_command("autograde", ASSIGNMENT, "--force"), cwd=serial)
         t_serial = time.perf_counter() - t
@@ -175,6 +191,72 @@ def sandbox_cost(a):
           "faster than without it (sandboxed)")
     print(f"reproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --sandbox-only --n {n} "
           f"--workers {a.workers}")
+
+
+def tree_memory(cmd, cwd=ROOT) -> tuple[float, int, int]:
+    """Run cmd; (wall seconds, peak RSS sum, peak PSS sum) of it and all its descendants, in bytes."""
+    import psutil
+
+    peak = {"rss": 0, "pss": 0}
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=venv_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+
+    def sample():
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            rss = pss = 0
+            try:
+                for q in [root, *root.children(recursive=True)]:
+                    try:
+                        info = q.memory_full_info()
+                        rss, pss = rss + info.rss, pss + info.pss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        pass
+            except psutil.NoSuchProcess:
+                return
+            peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
+            done.wait(0.05)
+
+    t = time.perf_counter()
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out, _ = proc.communicate()
+    wall = time.perf_counter() - t
+    done.set()
+    sampler.join()
+    if proc.returncode:
+        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{out[-3000:]}")
+    return wall, peak["rss"], peak["pss"]
+
+
+def setup_and_memory(a):
+    n = a.n if a.n != 40 else 8
+    with tempfile.TemporaryDirectory(prefix="bench-setup-") as tmp:
+        tmp = Path(tmp)
+        files = submissions(tmp, n)
+        course = make_course(tmp / "course")
+        grade_cmd = [ROOT / "course", "grade", files, "--course", course, "--workers", a.workers, "--no-progress"]
+        sh(grade_cmd)  # warms the course: assignment generated, compile cache filled, the class graded once
+        rows = []
+        for _ in range(3):
+            wall, rss, pss = tree_memory(grade_cmd)
+            phases = json.loads((course / ".grading" / "logs" / "timings.json").read_text())
+            rows.append((wall, phases, rss, pss))
+        serial = serial_course(tmp / "serial", files)
+        s_wall, s_rss, s_pss = tree_memory(nbgrader_command("autograde", ASSIGNMENT, "--force"), cwd=serial)
+    mib = 1 << 20
+    print(f"\n{n} submissions on a warm course, {a.workers} workers, {os.cpu_count()} cores\n")
+    print("| run | wall | setup | collect | prepare | plan | stage | backup | workers | grading | reports "
+          "| peak RSS (sum) | peak PSS (sum) |\n|" + "---|" * 13)
+    for wall, ph, rss, pss in rows:
+        steps = " | ".join(f"{ph.get(k, 0):.2f} s" for k in ("collect", "prepare", "plan", "stage", "backup",
+                                                            "workers", "grading", "reports"))
+        print(f"| `./course grade` | {wall:.1f} s | **{ph['setup']:.2f} s** | {steps} | {rss / mib:.0f} MiB "
+              f"| {pss / mib:.0f} MiB |")
+    print(f"| serial `nbgrader autograde` | {s_wall:.1f} s | | | | | | | | | | {s_rss / mib:.0f} MiB "
+          f"| {s_pss / mib:.0f} MiB |")
+    print(f"\nreproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --setup --workers {a.workers}")
 
 
 if __name__ == "__main__":
