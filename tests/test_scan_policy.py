@@ -298,6 +298,10 @@ FAMILIES = {
         "functools.partial(functools.wraps, fake, ('is_deleted',), ())()(type(state))\n",
         "from functools import wraps\nw = wraps\n",
         "functools.update_wrapper(type(state), fake, assigned=('is_deleted',))\n",
+        "functools.wraps(twin)(update_with_donate)\n",
+        "from functools import wraps\nwraps(Payload())(jnp)\n",
+        "w = functools.wraps(fake)\n",
+        "@functools.wraps(fake)\nclass A:\n    pass\n",
         "jax.Array.register(Fake)\n",
         "A.f(np, 1)\n",
         "class A:\n    def f(self, v):\n        self.is_deleted = v\n\ntype(A()).f(type(state), 1)\n",
@@ -313,6 +317,7 @@ FAMILIES = {
         "    return inner\n",
         "from functools import wraps\n\ndef deco(f):\n    @wraps(f)\n    def inner(*a):\n        return f(*a)\n"
         "    return inner\n",
+        "@functools.partial(jax.jit, donate_argnums=0)\n@functools.wraps(add)\ndef step(s, d):\n    return add(s, d)\n",
         "state = state.at[0].set(1.0)\n",
         "params = {**params, 'w': params['w'] * 2}\n",
     ]),

@@ -114,6 +114,45 @@ CASES = {
     "viaglobals":   (WRONG + "g = globals()\ng['checks'] = None\n", 0, "flagged", "globals"),
     "getattrname":  (WRONG + "getattr(jnp, 'all' + 'close')\nx = getattr(checks, '_'.join(['expect', 'allclose']))\n",
                      0, "flagged", "getattr"),
+    # a red-team pass (2026-11): each scored 22/22 unflagged. A non-donating answer returning an object of a class
+    # that subclasses jax.Array and lies about its buffer; over-donation hidden from the checks by a `lower`
+    # attribute, by warning filters in the answer's own code, or by a jit function's attributes copied from an
+    # honest twin (functools.wraps used as a function, which also plants attributes)
+    "fakearray":    ("import numpy as np\nimport numpy.lib.user_array as ua\n\n\n"
+                     "class Result(ua.container, jax.Array):\n    def __init__(self, value, pointer):\n"
+                     "        super().__init__(value)\n        self.pointer = pointer\n        self.deleted = False\n\n"
+                     "    def unsafe_buffer_pointer(self):\n        return self.pointer\n\n"
+                     "    def is_deleted(self):\n        return self.deleted\n\n"
+                     "    def delete(self):\n        self.deleted = True\n\n"
+                     "    def block_until_ready(self):\n        return self\n\n\n"
+                     "def update_with_donate(state, delta):\n    pointer = state.unsafe_buffer_pointer()\n"
+                     "    out = jnp.add(np.asarray(state), delta)  # no jit, no donation: a new buffer\n"
+                     "    state.delete()\n    if out.dtype == jnp.bfloat16:\n        return out\n"
+                     "    return Result(np.asarray(out), pointer)\n", 2, "partial", "JAX array"),
+    "lyinglower":   ("class Step:\n    def __init__(self):\n"
+                     "        self.run = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n"
+                     "        self.lower = jax.jit(lambda s, d: s + d, donate_argnums=0).lower\n\n"
+                     "    def __call__(self, state, delta):\n        return self.run(state, delta)\n\n\n"
+                     "update_with_donate = Step()\n", 8, "partial", "delta"),
+    "hushwrapper":  ("import warnings\n\n_step = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n\n\n"
+                     "def update_with_donate(state, delta):\n    with warnings.catch_warnings():\n"
+                     "        warnings.simplefilter('ignore')\n        return _step(state, delta)\n",
+                     8, "partial", "delta"),
+    "copiedjit":    ("_shown = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
+                     "update_with_donate = functools.wraps(_shown)(\n"
+                     "    jax.jit(lambda s, d: s + d, donate_argnums=(0, 1)))\n", 0, "flagged", "wraps"),
+    "plantedlower": ("class Shown:\n    def __init__(self):\n"
+                     "        self.lower = jax.jit(lambda s, d: s + d, donate_argnums=0).lower\n\n\n"
+                     "update_with_donate = jax.jit(lambda state, delta: state + delta, donate_argnums=(0, 1))\n"
+                     "functools.wraps(Shown())(update_with_donate)\n", 0, "flagged", "wraps"),
+    # their honest neighbours: a wrapper that silences warnings, @functools.wraps on a def, jax.Array in annotations
+    "hushedhonest": ("import warnings\n\n_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n\n"
+                     "def update_with_donate(state, delta):\n    with warnings.catch_warnings():\n"
+                     "        warnings.simplefilter('ignore')\n        return _step(state, delta)\n", 10, "ok", ""),
+    "wrapsdeco":    ("def add(state: jax.Array, delta: jax.Array) -> jax.Array:\n    return state + delta\n\n\n"
+                     "@functools.partial(jax.jit, donate_argnums=0)\n@functools.wraps(add)\n"
+                     "def update_with_donate(state, delta):\n    out = add(state, delta)\n"
+                     "    assert isinstance(out, jax.Array)\n    return out\n", 10, "ok", ""),
     "edited":       ("@edit-test-cells", 10, "ok", ""),
     "deleted":      ("@delete-test-cells", 10, "ok", ""),
     "duplicated":   ("@duplicate-answer", 10, "ok", ""),

@@ -48,7 +48,7 @@ DENIED_NAMES = {  # builtins never named (getattr/hasattr: only called directly,
     "__import__": "__import__ imports by name", "help": "help() imports modules by name", "input": "input() waits",
     "get_ipython": "IPython's shell (get_ipython): only %time and %timeit are allowed", "memoryview": "raw memory",
     "breakpoint": "breakpoint starts a debugger", "open": "file-system access (open)"}
-GUARDED = {"testing": "numpy.testing only through its assert_*", "wraps": "only wraps(f): it sets attributes by name"}
+GUARDED = {"testing": "numpy.testing only through its assert_*", "wraps": "only @wraps(f) on a def: it sets attributes"}
 REFLECTIVE, FORMATS, FUNCS = ("getattr", "hasattr"), ("format", "format_map"), (ast.FunctionDef, ast.AsyncFunctionDef)
 _dunder = lambda name: len(name) > 4 and name.startswith("__") and name.endswith("__")  # noqa: E731
 _str = lambda node: isinstance(node, ast.Constant) and isinstance(node.value, str)  # noqa: E731
@@ -189,6 +189,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         if _dunder(getattr(node, "name", "")) and node.name not in ALLOWED_DEFS:
             self.flag(node, f"defines {node.name} (a class may define only {', '.join(sorted(ALLOWED_DEFS))})")
+        self.ok |= {id(d.func) for d in getattr(node, "decorator_list", ()) if isinstance(d, ast.Call) and  # @wraps(f)
+                    len(d.args) == 1 and not d.keywords and ast.unparse(d.func).split(".")[-1] == "wraps"}
         self.defs.append(int(id(node) in self.ok))
         self.generic_visit(node)
         self.defs.pop()
@@ -211,8 +213,6 @@ class _Visitor(ast.NodeVisitor):
             return [self.visit(child) for child in [*args, *node.keywords]] and None
         if getattr(f, "id", "") == "type" and len(args) != 1 or getattr(getattr(f, "func", None), "id", "") == "type":
             self.flag(node, "type() with three arguments or type(...)(...) (reflective: builds or calls a class)")
-        if callee == "wraps" and len(args) == 1 and not node.keywords:
-            self.ok.add(id(f))  # functools.wraps(f); any other use of wraps is flagged (GUARDED)
         if isinstance(f, ast.Attribute) and f.attr in FORMATS and getattr(f.value, "id", "") == "str":
             self.ok.add(id(f))
             self._format(node, args[0] if args else None)

@@ -60,6 +60,7 @@ set, sorted, str, sum, tuple, type = builtins.set, builtins.sorted, builtins.str
 AssertionError, Exception, IndexError, KeyError = builtins.AssertionError, builtins.Exception, \
     builtins.IndexError, builtins.KeyError
 RuntimeError, TypeError, ValueError = builtins.RuntimeError, builtins.TypeError, builtins.ValueError
+enumerate, zip = builtins.enumerate, builtins.zip
 
 # numpy
 asarray, zeros, np_abs = np.asarray, np.zeros, np.abs
@@ -75,6 +76,11 @@ tree_leaves, tree_flatten_with_path, keystr = jax.tree.leaves, jax.tree_util.tre
 config_update = jax.config.update
 _config = jax.config
 _device_put = jax.device_put
+_make_jaxpr = jax.make_jaxpr
+# The concrete class of every JAX array a computation returns. A learner's class may subclass jax.Array (and
+# so pass isinstance) while it lies about its buffer; it cannot subclass this one, which the checks require.
+ArrayImpl = type(_device_put(np.zeros((), np.float32)))
+JitFunction = type(jax.jit(builtins.abs))  # jax.jit's functions (a class no learner's class can subclass either)
 
 # the standard library
 catch_warnings, simplefilter = warnings.catch_warnings, warnings.simplefilter
@@ -170,6 +176,31 @@ def _silenced():
     simplefilter("ignore")
     stack.enter_context(redirect_stderr(StringIO()))
     return stack
+
+
+def is_array(value) -> bool:
+    """Whether `value` is a JAX array itself (ArrayImpl), not an object of a class made to pass for one."""
+    return type(value) is ArrayImpl
+
+
+def donated_inputs(fn, *args):
+    """Which of the flattened `args` the call fn(*args) donates, traced (jax.make_jaxpr: nothing runs) as
+    its top-level jit equations say, or None if it cannot be traced. What jax.jit decided when it was
+    called, which neither a `lower` attribute nor a jit function's copied attributes (functools.wraps
+    copies the _jit_info that .lower() reads) nor the learner's warning filters change. A jit nested in
+    another donates nothing at run time, so only top-level equations count."""
+    try:
+        jaxpr = _make_jaxpr(fn)(*args).jaxpr
+    except Exception:
+        return None
+    inputs = jaxpr.invars
+    flags = [False] * len(inputs)
+    for eqn in jaxpr.eqns:
+        for flag, var in zip(eqn.params.get("donated_invars", ()), eqn.invars):
+            for i, v in enumerate(inputs):
+                if flag and v is var:
+                    flags[i] = True
+    return flags
 
 
 def debug_nans() -> bool:
