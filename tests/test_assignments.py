@@ -3,8 +3,10 @@ its own state, grades and exports under .grading/<assignment>/, in one
 gradebook, and grading one leaves the other's grades as they were."""
 import shutil
 
+import pytest
+
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, Course
+from donation_course.course import COURSE, Course, CourseError
 from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
 
 EX = corpus.EXERCISE
@@ -53,3 +55,15 @@ def test_a_course_with_two_assignments_grades_each_on_its_own(tmp_path, env):
         assert gb.find_submission(SECOND, "ann").score == 22.0
     assert gradebook_scores(course)["ann"][EX] == 16.0  # helpers read the course's own assignment
     assert Course(course, SECOND).grading_dir == course / ".grading" / SECOND
+
+
+def test_files_of_a_one_assignment_run_are_not_taken_for_another_assignments(tmp_path):
+    course = two_assignment_course(tmp_path)
+    assert Course(course, SECOND).grading_dir == course / ".grading" / SECOND
+    (course / ".grading").mkdir()
+    (course / ".grading" / "state.json").write_text("{}")  # graded before week-2 was added
+    with pytest.raises(CourseError, match=r"holds the grader's files of a run made when the course had one "
+                                          r"assignment: move them into .*/\.grading/<that assignment>/"):
+        _ = Course(course, SECOND).grading_dir
+    (course / ".grading" / "state.json").rename(course / ".grading" / "moved.json")
+    assert Course(course, FIRST).grading_dir == course / ".grading" / FIRST

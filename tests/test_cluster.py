@@ -95,7 +95,7 @@ def test_the_course_bundle_names_the_course_not_its_students(generated_course, t
     unpacked = bundle.unpack(tar, tmp_path / "unpacked")
     with Gradebook(f"sqlite:///{unpacked / 'gradebook.db'}", course.course_id) as gb:
         assert [a.name for a in gb.assignments] == [course.assignment] and not gb.students
-    assert (unpacked / bundle.CACHE / "filled-from").exists()
+    assert (Course(unpacked).compile_cache / "filled-from").exists()
     with pytest.raises(ValueError, match="damaged"):
         bundle.install(tmp_path / "cache", before.digest, gzip.compress(b"not the course"))
     assert bundle.differences({"jax": "1", "code": "a"}, {"jax": "2", "code": "a"}) == "jax 2 there, 1 here"

@@ -91,7 +91,13 @@ class Course:
         COURSE/.grading/, or COURSE/.grading/<assignment>/ in a course with
         several. The run lock stays in COURSE/.grading/: one gradebook."""
         top = self.root / ".grading"
-        return top / self.assignment if self.several else top
+        if not self.several:
+            return top
+        if (top / "state.json").exists():  # graded while source/ held one assignment
+            raise CourseError(f"{top} holds the grader's files of a run made when the course had one assignment: "
+                              f"move them into {top}/<that assignment>/ (state.json, compile-cache, logs, the CSV "
+                              "files), then grade again")
+        return top / self.assignment
 
     @property
     def lock_dir(self) -> Path:
