@@ -273,6 +273,17 @@ SHARDING_SCRIPT = textwrap.dedent("""
     out, w = call(f, a)
     res["match"] = {"deleted": a.is_deleted(), "warnings": w, "spec": str(out.sharding.spec)}
 
+    # lowering reads the sharding from the argument's type: an array, or a struct with or without one
+    s = jax.jit(lambda v: 2.0 * v, donate_argnums=0)
+    b = jax.device_put(jnp.arange(16.0), split)
+    res["lower_types"] = {}
+    for name, arg in (("array", b), ("struct", jax.ShapeDtypeStruct((16,), jnp.float32)),
+                      ("struct_split", jax.ShapeDtypeStruct((16,), jnp.float32, sharding=split))):
+        c = s.lower(arg).compile()
+        res["lower_types"][name] = [len(c.input_shardings[0][0].device_set),
+                                    c.memory_analysis().alias_size_in_bytes]
+    res["lower_types"]["array_deleted"] = b.is_deleted()
+
     g = jax.jit(lambda v: 2.0 * v, in_shardings=split, out_shardings=rep, donate_argnums=0)
     a = jax.device_put(jnp.arange(16.0), split)
     out, w = call(g, a)
@@ -367,6 +378,14 @@ def test_matching_shardings_donate_per_shard(sharding_facts):
     match = sharding_facts["match"]
     assert match == {"deleted": True, "warnings": [], "spec": "P('x',)"}
     assert sharding_facts["match_alias_bytes"] == 8  # 2 float32 per device
+
+
+def test_lowering_reads_the_sharding_of_the_argument_type_not_its_data(sharding_facts):
+    # Lessons 1 (l1-lower) and 6 (l6-lower): no in_shardings; a split array and a struct that
+    # carries the split sharding compile for 8 devices, 8 bytes aliased on each; a struct
+    # without a sharding compiles for one device, 64 bytes. Lowering donates nothing.
+    assert sharding_facts["lower_types"] == {"array": [8, 8], "struct": [1, 64], "struct_split": [8, 8],
+                                             "array_deleted": False}
 
 
 def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(sharding_facts):

@@ -339,7 +339,7 @@ def test_a_deleted_array_raises_runtime_error_where_a_donated_one_raises_value_e
 
 
 def test_a_live_numpy_view_blocks_donation_silently():
-    # Lesson 3 (l3-view), jax #26216: on CPU np.asarray(x) reads x's buffer; while it
+    # Lesson 3 (l3-view): on CPU np.asarray(x) reads x's buffer; while it
     # lives, x is not deleted and nothing warns. Without it (or with a copy), x is donated.
     step = jax.jit(fresh_add(), donate_argnums=0)
     x = jnp.ones(4)

@@ -373,3 +373,139 @@ def test_compiled_input_shardings_mark_dropped_arguments_with_none():
     report = explain_donation(jax.jit(lambda a, u, b: a * 2 + b, donate_argnums=(0, 1)), x, jnp.ones(3), x)
     assert [(leaf.requested, leaf.reused, leaf.pruned) for leaf in report.leaves] == [
         (True, True, False), (True, False, True), (False, False, False)]
+
+
+# ---- the audit's imprecise claims, refined (l1-lower, l2-read3/l2-index, l2-meta, l2-numpy, l2-aligned,
+# ---- l3-pass2/l3-taken, l3-view); lowering reads the sharding: test_claims_advanced's l6-lower ----
+
+def test_indexing_a_donated_array_raises_runtime_error_even_after_live_calls(capfd):
+    """Lesson 2 (l2-read3, l2-index): after live calls with the signature, jnp.sin
+    takes the fast path (ValueError); [0] and [1:] raise RuntimeError every time.
+    float32[31] is used nowhere else, so these are its first calls."""
+    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+    gone = jnp.ones(31)
+    donate(gone)
+    for _ in range(3):
+        live = jnp.ones(31)
+        jnp.sin(live), live[0], live[1:]
+    with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
+        jnp.sin(gone)
+    assert not isinstance(info.value, RuntimeError)
+    for read in (lambda: gone[0], lambda: gone[1:]):
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[31\]\.") as info:
+            read()
+        assert type(info.value) is RuntimeError
+    capfd.readouterr()
+
+
+def test_a_donated_array_keeps_its_type_facts_but_not_its_devices_or_buffer():
+    """Lesson 2 (l2-meta): shape, dtype, size, ndim and sharding stay readable;
+    devices(), addressable_shards and unsafe_buffer_pointer() raise, and on a live
+    array they do not."""
+    live, gone = jnp.ones((2, 3)), jnp.ones((2, 3))
+    jax.jit(lambda a: a * 2, donate_argnums=0)(gone)
+    for array in (live, gone):
+        assert (array.shape, array.dtype, array.size, array.ndim) == ((2, 3), jnp.float32, 6, 2)
+        assert array.sharding == live.sharding
+    assert live.devices() == set(jax.devices()) and len(live.addressable_shards) == 1
+    live.unsafe_buffer_pointer()
+    for read in (lambda: gone.devices(), lambda: gone.addressable_shards):
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[2,3\]\.") as info:
+            read()
+        assert type(info.value) is RuntimeError
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Buffer has been deleted or donated"):
+        gone.unsafe_buffer_pointer()
+
+
+def aligned_host(n, dtype=np.float32, offset_bytes=0, alignment=64):
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n * itemsize + 2 * alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % alignment + offset_bytes
+    host = raw[start:start + n * itemsize].view(dtype)
+    host[:] = 1
+    return host
+
+
+HOSTS = {"aligned float32": (lambda: aligned_host(1000), True),
+         "aligned int32": (lambda: aligned_host(1000, np.int32), True),
+         "16 bytes off float32": (lambda: aligned_host(1000, offset_bytes=16), False),
+         "aligned float64": (lambda: aligned_host(1000, np.float64), False),
+         "aligned int64": (lambda: aligned_host(1000, np.int64), False),
+         "aligned float32[::2]": (lambda: aligned_host(2000)[::2], False)}
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_device_put_uses_numpy_memory_only_when_contiguous_aligned_and_of_the_kept_dtype(name):
+    # Lesson 2 (l2-aligned): float64/int64 become 32-bit, so they are copied; a strided view is copied.
+    make, shares = HOSTS[name]
+    host = make()
+    assert host.ctypes.data % 64 == (16 if "off" in name else 0)
+    assert (jax.device_put(host).unsafe_buffer_pointer() == host.ctypes.data) is shares
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_a_jit_argument_from_numpy_is_an_alias_when_device_put_would_be_one(name):
+    """Lesson 2 (l2-numpy): a NumPy argument is put on the device first, a copy or,
+    on the CPU, NumPy's own memory, under the same conditions as device_put. Seen
+    with public API only: a callback writes 5 into the NumPy array during the call;
+    the program reads its argument after that, and sees 5 only if it reads NumPy's
+    memory. Donating either kind: no warning, and the NumPy array keeps its values."""
+    from jax.experimental import io_callback
+
+    make, shares = HOSTS[name]
+    host = make()
+
+    def overwrite():
+        host[:] = 5
+        return np.float32(0)
+
+    probe = jax.jit(lambda x: x.astype(jnp.float32)
+                    + io_callback(overwrite, jax.ShapeDtypeStruct((), jnp.float32), ordered=True))
+    seen = np.asarray(probe(host))
+    assert (seen == (5.0 if shares else 1.0)).all(), seen[:4]
+    host = make()
+    out, messages = record(jax.jit(lambda s: s * 2, donate_argnums=0), host)
+    assert messages == [] and (host == 1).all() and host.flags.writeable
+    np.testing.assert_array_equal(np.asarray(out), 2)
+
+
+@pytest.mark.parametrize("small_first", [True, False])
+def test_a_byte_size_miss_in_the_second_pass_still_takes_the_output(small_first):
+    """Lesson 3 (l3-pass2, l3-taken): one float32[4] output, an int8[4] and an int32[4]
+    donated. Leftmost first: with the int8 first, it takes the output, fails the byte
+    check silently, and the int32 (which would fit) gets the warning; neither is
+    deleted. With the int32 first it is reused and the int8 gets the warning."""
+    small, counts = jnp.ones(4, dtype=jnp.int8), jnp.ones(4, dtype=jnp.int32)
+    address = counts.unsafe_buffer_pointer()
+    if small_first:
+        fn, args = jax.jit(lambda a, b: a.astype(jnp.float32) + b, donate_argnums=(0, 1)), (small, counts)
+    else:
+        fn, args = jax.jit(lambda b, a: a.astype(jnp.float32) + b, donate_argnums=(0, 1)), (counts, small)
+    out, messages = record(fn, *args)
+    assert [m.splitlines()[0] for m in messages] == [f"{NOT_USABLE}: {'int32' if small_first else 'int8'}[4]."]
+    assert not small.is_deleted()
+    assert counts.is_deleted() is (not small_first)
+    assert (out.unsafe_buffer_pointer() == address) is (not small_first)
+
+
+def test_the_int32_alone_is_reused_by_the_float32_output():
+    # Lesson 3 (l3-taken), the other side: only the int32[4] donated, no warning, reused.
+    small, counts = jnp.ones(4, dtype=jnp.int8), jnp.ones(4, dtype=jnp.int32)
+    address = counts.unsafe_buffer_pointer()
+    out, messages = record(jax.jit(lambda a, b: a.astype(jnp.float32) + b, donate_argnums=1), small, counts)
+    assert messages == [] and counts.is_deleted() and not small.is_deleted()
+    assert out.unsafe_buffer_pointer() == address
+
+
+def test_a_live_device_get_result_blocks_donation_like_a_numpy_view():
+    # Lesson 3 (l3-view): on CPU jax.device_get(z) reads z's buffer; while it lives, z
+    # is not donated, silently; once it is gone the same call donates.
+    step = jax.jit(lambda s, d: s + d, donate_argnums=0)
+    z = jnp.ones(4)
+    fetched = jax.device_get(z)
+    assert fetched.ctypes.data == z.unsafe_buffer_pointer()
+    _, messages = record(step, z, jnp.ones(4))
+    assert messages == [] and not z.is_deleted()
+    del fetched
+    _, messages = record(step, z, jnp.ones(4))
+    assert messages == [] and z.is_deleted()
