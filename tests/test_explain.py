@@ -20,6 +20,10 @@ CASES = {
                                 lambda: (f32(6), f32(2, 3)), {}),
     "no matching output": (jax.jit(lambda a, b: a + b, donate_argnums=0),
                            lambda: (f32(1, 3), f32(2, 3)), {}),
+    # the int8 takes the one output by element count, misses it by byte size, and the int32 is left over
+    "byte-size miss uses up the output": (jax.jit(lambda a, b: (a.astype(jnp.float32) + b).astype(jnp.float32),
+                                                  donate_argnums=(0, 1)),
+                                          lambda: (jnp.ones(4, jnp.int8), jnp.ones(4, jnp.int32)), {}),
     "unused argument": (jax.jit(lambda a, u: a * 2, donate_argnums=1), lambda: (f32(3), f32(3)), {}),
     "pytree": (jax.jit(lambda st, d: {"w": st["w"] + d, "b": st["b"] * 2}, donate_argnums=0),
                lambda: ({"w": f32(2, 3), "b": f32(5)}, f32(2, 3)), {}),
@@ -99,3 +103,11 @@ def test_the_warning_is_reported_once_then_jax_stays_quiet():
     assert caught == []  # JAX warned once per compilation, during explain_donation
     again = explain_donation(f, f32(3), f32(3))
     assert again.warnings == [] and [leaf.path for leaf in again.unusable] == ["b"]
+
+
+def test_an_unusable_leaf_says_only_that_no_output_took_it():
+    f = jax.jit(lambda a, b: a.astype(jnp.float32) + b, donate_argnums=(0, 1))
+    r = explain_donation(f, jnp.ones(4, jnp.int8), jnp.ones(4, jnp.int32))
+    assert [leaf.status for leaf in r.leaves] == ["NOT usable: no output took its buffer"] * 2
+    fine = explain_donation(jax.jit(lambda b: b.astype(jnp.float32) + 1, donate_argnums=0), jnp.ones(4, jnp.int32))
+    assert fine.leaves[0].status.startswith("reused")

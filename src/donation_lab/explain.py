@@ -96,7 +96,7 @@ class LeafDonation:
             return f"reused by {self.output}" if self.output else "reused"
         if self.pruned:
             return "unused argument: pruned, not donated"
-        return "NOT usable: no matching output"
+        return "NOT usable: no output took its buffer"  # none that fits, or one of another byte size
 
     @property
     def bytes_saved(self) -> int:
