@@ -93,6 +93,20 @@ def test_tied_leaves_with_one_output_that_could_take_them_fail_with_use_after_do
     assert deleted_tree(untied) == {"w": False, "b": True}   # one output: the first leaf in flattened order
 
 
+def test_tied_leaves_with_no_output_that_could_take_them_run_with_the_warning():
+    # Lesson 4 (l4-shared-none, l4-summary): a scalar output takes neither leaf: both donations
+    # are dropped with the usual warning, the call runs, the shared array stays alive.
+    shared = jnp.ones(3)
+    total_of_leaves = jax.jit(lambda params: (params["w"] + params["b"]).sum(), donate_argnums=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        total = total_of_leaves({"w": shared, "b": shared})
+    assert float(total) == 6.0
+    assert [str(w.message).splitlines()[0] for w in caught] == [
+        "Some donated buffers were not usable: float32[3], float32[3]."]
+    assert not shared.is_deleted()
+
+
 def test_copying_the_leaves_repairs_double_donation():
     shared = jnp.zeros(3)
     untied = jax.tree.map(lambda a: a.copy(), {"w": shared, "b": shared})

@@ -72,6 +72,20 @@ def test_lowering_and_compiling_real_arrays_donates_nothing_the_call_does():
     assert x.is_deleted() and out.unsafe_buffer_pointer() == pointer
 
 
+def test_lowering_reads_the_weak_type_of_a_real_array_and_deletes_nothing():
+    # Lesson 1 (l1-lower): the types lowering reads include the weak type. jnp.full(1000, 0.5)
+    # is weakly typed: lowering it gives the program of a weak struct, not of a plain one.
+    donating = jax.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
+    x, g = jnp.ones(1000), jnp.full(1000, 0.5)
+    assert (x.weak_type, g.weak_type) == (False, True)
+    plain = jax.ShapeDtypeStruct((1000,), jnp.float32)
+    weak = jax.ShapeDtypeStruct((1000,), jnp.float32, weak_type=True)
+    text = donating.lower(x, g).as_text()
+    assert text == donating.lower(plain, weak).as_text()
+    assert text != donating.lower(plain, plain).as_text()
+    assert not x.is_deleted() and not g.is_deleted()
+
+
 # ---- lesson 02 -----------------------------------------------------------
 
 def test_donated_input_is_deleted_and_output_reuses_its_buffer():
@@ -382,11 +396,25 @@ def test_a_donating_jit_under_vmap_checkpoint_and_grad_still_deletes_the_input()
 
 
 def test_same_array_twice_one_donated():
+    # Lesson 3 (l3-twice): an output can take the donated buffer: the runtime refuses the call.
     x = jnp.ones(4)
     with pytest.raises(jax.errors.JaxRuntimeError,
                        match="Attempt to use a buffer that was previously donated in the same call"):
         jax.jit(fresh_add(), donate_argnums=0)(x, x)
     assert not x.is_deleted()
+
+
+def test_same_array_twice_one_donated_runs_when_no_output_can_take_it():
+    # Lesson 3 (l3-twice-sum): the only output is a scalar: the donation is dropped with the
+    # usual warning and the call runs; a donated parameter that is never used is dropped silently.
+    x = jnp.ones(4)
+    total, messages = call_recording_warnings(jax.jit(lambda a, b: (a + b).sum(), donate_argnums=0), x, x)
+    assert float(total) == 8.0
+    assert [m.splitlines()[0] for m in messages] == [f"{NOT_USABLE}: float32[4]."]
+    assert not x.is_deleted()
+    doubled, messages = call_recording_warnings(jax.jit(lambda a, b: b * 2, donate_argnums=0), x, x)
+    np.testing.assert_array_equal(doubled, [2.0, 2.0, 2.0, 2.0])
+    assert messages == [] and not x.is_deleted()
 
 
 def test_same_array_twice_both_donated():

@@ -431,14 +431,18 @@ HOSTS = {"aligned float32": (lambda: aligned_host(1000), True),
          "16 bytes off float32": (lambda: aligned_host(1000, offset_bytes=16), False),
          "aligned float64": (lambda: aligned_host(1000, np.float64), False),
          "aligned int64": (lambda: aligned_host(1000, np.int64), False),
-         "aligned float32[::2]": (lambda: aligned_host(2000)[::2], False)}
+         "aligned float32[::2]": (lambda: aligned_host(2000)[::2], False),
+         "aligned float32 (40, 25) C order": (lambda: aligned_host(1000).reshape(40, 25), True),
+         "aligned float32 (40, 25) F order": (lambda: aligned_host(1000).reshape(40, 25, order="F"), False)}
 
 
 @pytest.mark.parametrize("name", HOSTS)
-def test_device_put_uses_numpy_memory_only_when_contiguous_aligned_and_of_the_kept_dtype(name):
-    # Lesson 2 (l2-aligned): float64/int64 become 32-bit, so they are copied; a strided view is copied.
+def test_device_put_uses_numpy_memory_only_when_c_contiguous_aligned_and_of_the_kept_dtype(name):
+    # Lesson 2 (l2-aligned): float64/int64 become 32-bit, so they are copied; a strided view and a
+    # Fortran-ordered (column-major) array are copied; row-major 2-D data is not.
     make, shares = HOSTS[name]
     host = make()
+    assert host.flags.c_contiguous is ("::2" not in name and "F order" not in name)
     assert host.ctypes.data % 64 == (16 if "off" in name else 0)
     assert (jax.device_put(host).unsafe_buffer_pointer() == host.ctypes.data) is shares
 
