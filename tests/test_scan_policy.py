@@ -448,3 +448,30 @@ def test_module_names_and_learner_classes_are_known_across_the_notebooks_cells()
     reasons = [f.reason for f in scan_notebook(nb, "07")]
     assert any("onp used as a value" in r for r in reasons), reasons
     assert any("A.f: a method called through its class" in r for r in reasons), reasons
+
+
+def test_a_cell_nbgrader_runs_as_code_is_read_whatever_its_type():
+    """A markdown or raw cell with the grade_id of a release code cell is made code again and run by nbgrader's
+    OverwriteCells (whatever its nbgrader flags): the scan reads it (corpus 'markdowncell', 'capmarkdown'); a
+    markdown note of the learner's own (no grade_id, or a markdown cell's) is never run, and is not read."""
+    def cell(make, source, gid=None, **flags):
+        c = make(source, id=gid or "note")
+        if gid:
+            c.metadata["nbgrader"] = {"grade_id": gid, "schema_version": 3, **flags}
+        return c
+
+    release = nbformat.v4.new_notebook()
+    release.cells = [cell(nbformat.v4.new_code_cell, "import jax\n", "ex-setup", locked=True),
+                     cell(nbformat.v4.new_code_cell, "raise NotImplementedError()\n", "ex-answer", solution=True),
+                     cell(nbformat.v4.new_markdown_cell, "YOUR ANSWER HERE", "ex-written", solution=True)]
+    bad = "x = getattr(jax, 'all' + 'close')\n"
+    for make in (nbformat.v4.new_markdown_cell, nbformat.v4.new_raw_cell):
+        for flags in ({"solution": True}, {}):
+            nb = nbformat.v4.new_notebook()
+            nb.cells = [release.cells[0], cell(make, bad, "ex-answer", **flags)]
+            assert [f.cell for f in scan_notebook(nb, "07", release)] == ["ex-answer"], (make, flags)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [release.cells[0], cell(nbformat.v4.new_markdown_cell, bad),
+                cell(nbformat.v4.new_markdown_cell, bad, "ex-written", solution=True),
+                cell(nbformat.v4.new_markdown_cell, "import jax\n", "ex-answer", solution=True)]
+    assert scan_notebook(nb, "07", release) == []

@@ -136,10 +136,11 @@ def expect_in_place(what: str, fn, args, argnum: int | None = 0, hint: str = "")
 
     fresh = [_owned_copy(a) for a in args]
     which = range(len(fresh)) if argnum is None else [argnum]
-    before = {fresh[i].unsafe_buffer_pointer() for i in which}
+    before = {i: fresh[i].unsafe_buffer_pointer() for i in which}
     out = jax.block_until_ready(fn(*fresh))
     where = "of any argument" if argnum is None else f"of argument {argnum}"
-    if not before & _pointers(out):
+    # only a donated (deleted) argument's buffer counts: an argument returned as it is keeps its pointer too
+    if not {p for i, p in before.items() if fresh[i].is_deleted()} & _pointers(out):
         raise CheckFailed(f"{what}: no output is in the buffer {where}, so no buffer was reused "
                           "(a deleted input is not enough: the memory is only saved when the result takes "
                           "its place)." + (f"\nHint: {hint}" if hint else ""))

@@ -153,6 +153,22 @@ CASES = {
                      "@functools.partial(jax.jit, donate_argnums=0)\n@functools.wraps(add)\n"
                      "def update_with_donate(state, delta):\n    out = add(state, delta)\n"
                      "    assert isinstance(out, jax.Array)\n    return out\n", 10, "ok", ""),
+    # a second red-team pass (2026-11): each earned points it should not, unflagged. A result of NaN for every float
+    # input (a NaN compared with `>` is never "too far": ex-values and ex-training-loop passed); state itself
+    # returned, donating nothing (ex-buffer-reuse saw state's pointer); the answer cell saved as a markdown cell,
+    # which nbgrader makes code again and runs but the scan did not read (here a reflective getattr)
+    "nanresult":    (PARTIAL.replace("return state + delta", "return state + delta + (delta * 0 + jnp.nan).astype("
+                                     "state.dtype)  # NaN for floats, + 0 for ints"), 4, "partial", "nan"),
+    "returnsstate": ("def update_with_donate(state, delta):\n    return state\n", 0, "partial", "nothing was donated"),
+    "markdowncell": ("@markdown:" + WRONG + "x = getattr(jnp, 'all' + 'close')\n", 0, "flagged", "getattr"),
+    # their honest neighbours: an answer that guards against NaN, the answer cell as markdown (run as code all the
+    # same) beside a markdown note quoting reflective code, a capstone step jitted apart from its def
+    "nanguard":     (PARTIAL.replace("return state + delta",
+                                     "return jnp.where(jnp.isnan(delta), state, state + delta)"), 10, "ok", ""),
+    "markdownok":   ("@markdown:" + PARTIAL, 10, "ok", ""),
+    "capwrapped":   (PARTIAL, 10, "ok", ""),
+    "capkeepsold":  (PARTIAL, 10, "partial", "still alive after the step"),
+    "capmarkdown":  (PARTIAL, 0, "flagged", "_dl_capstone"),
     "edited":       ("@edit-test-cells", 10, "ok", ""),
     "deleted":      ("@delete-test-cells", 10, "ok", ""),
     "duplicated":   ("@duplicate-answer", 10, "ok", ""),
@@ -164,17 +180,42 @@ CASES = {
 FORGERIES = Path(__file__).with_name("forgeries")
 CASES |= {f"forged-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf-8"), 0, "flagged", FLAG)
           for path in sorted(FORGERIES.glob("*.cell"))}
-# Every case also answers the capstone right (build() fills it in), so it earns
+# The capstone's answer (and points) where a case does not answer it right: a non-donating step whose outputs
+# carry the old leaves along (cap-buffer-reuse saw their pointers: 2 points), momentum-free SGD that set the hidden
+# module's BETA to 0 from a markdown answer cell (the scan did not read it; cap-values passed); and a markdown note
+CAPSTONE = {"capwrapped": CAPSTONE_POINTS, "capkeepsold": 3, "capmarkdown": 0}  # their capstone points
+NOTE = "A note to self, not run: `getattr(params, name)` reads any attribute; `exec(code)` runs a string."
+
+
+def _capstone(right: str) -> dict:  # the capstone answers of CAPSTONE (capstone.py's RIGHT, rewritten)
+    jitted = '@functools.partial(jax.jit, donate_argnames=("params", "opt_state"))\ndef train_step('
+    helper = right.replace("train_step.clear_cache()", "_step.clear_cache()")
+    return {
+        "capwrapped": right.replace(jitted, "def train_step(")  # the jit applied after the def, by position
+        + "\n\ntrain_step = jax.jit(train_step, donate_argnums=(0, 1))\n",
+        "capkeepsold": helper.replace(jitted, "@jax.jit\ndef _step(") + "\n\ndef train_step(params, opt_state, x, y):\n"
+        '    params = {"w": params["w"], "b": params["b"]}\n'
+        '    opt_state = {"m": opt_state["m"], "count": opt_state["count"]}\n'
+        "    new_params, new_opt, loss = _step(params, opt_state, x, y)\n"
+        '    return {**new_params, "old": params}, {**new_opt, "old": opt_state}, loss\n',
+        "capmarkdown": "@markdown:" + right.replace("BETA * m + g", "g").replace(
+            "def init_opt_state(params):\n", "def init_opt_state(params):\n    _dl_capstone.BETA = 0.0\n"),
+    }
+
+
+# Every other case also answers the capstone right (build() fills it in), so it earns
 # the capstone's points too, except where nothing of the notebook can be graded:
 # a dead kernel, an unreadable file, the untouched release, and a flagged
 # notebook (all its grade cells wait for the instructor, with no automatic points).
-CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged" else score + CAPSTONE_POINTS,
-                   status, reason)
+CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged"
+                   else score + CAPSTONE.get(student, CAPSTONE_POINTS), status, reason)
          for student, (answer, score, status, reason) in CASES.items()}
 
 
 def build(dest: Path) -> dict:
-    from .capstone import RIGHT as CAPSTONE  # noqa: N811  (imported here: capstone.py imports this module)
+    from .capstone import RIGHT  # imported here: capstone.py imports this module
+
+    capstone = _capstone(RIGHT)
 
     dest.mkdir(parents=True, exist_ok=True)
     for student, (answer, *_rest) in CASES.items():
@@ -192,12 +233,17 @@ def build(dest: Path) -> dict:
         if answer == "@delete-test-cells":
             nb.cells = cells = [c for c in cells if not is_grade(c)]
             answer = PARTIAL
-        for c in cells:
+        for i, c in enumerate(cells):
             if is_solution(c) and answer != "@as-released":
-                if grade_id(c) == "cap-answer":
-                    c.source = CAPSTONE  # the capstone (corpus/capstone.py) answered right
+                if grade_id(c) == "cap-answer":  # the capstone (corpus/capstone.py) answered right, or as CAPSTONE says
+                    c.source = capstone.get(student, RIGHT)
                 else:
                     c.source = PARTIAL if answer == "@duplicate-answer" else answer
+                if c.source.startswith("@markdown:"):  # the same cell, saved as markdown: id, metadata and all
+                    cells[i] = md = nbformat.v4.new_markdown_cell(c.source.removeprefix("@markdown:"))
+                    md.id, md.metadata = c.id, c.metadata
+        if student == "markdownok":
+            cells.insert(1, nbformat.v4.new_markdown_cell(NOTE))
         if answer == "@duplicate-answer":
             i = next(i for i, c in enumerate(cells) if is_solution(c))
             twin = nbformat.from_dict(json.loads(json.dumps(cells[i])))

@@ -52,6 +52,8 @@ GUARDED = {"testing": "numpy.testing only through its assert_*", "wraps": "only 
 REFLECTIVE, FORMATS, FUNCS = ("getattr", "hasattr"), ("format", "format_map"), (ast.FunctionDef, ast.AsyncFunctionDef)
 _dunder = lambda name: len(name) > 4 and name.startswith("__") and name.endswith("__")  # noqa: E731
 _str = lambda node: isinstance(node, ast.Constant) and isinstance(node.value, str)  # noqa: E731
+_text = lambda cell: "".join(s) if isinstance(s := cell.get("source", ""), list) else s  # noqa: E731
+_gid = lambda cell: ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")  # noqa: E731  (any flags)
 
 
 @dataclass
@@ -277,19 +279,15 @@ def trusted_ids(release_nb) -> set:
     return {grade_id(c) for c in (release_nb.cells if release_nb is not None else []) if is_locked(c)} - {None}
 
 
-def _text(cell) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
-
-
 def scan_notebook(nb, name: str, release_nb=None) -> list:
-    """Flags for every learner-controlled code cell of `nb`: a cell whose source is exactly one of the
-    release's code cells (the lessons' own teaching code, left as handed out) is the course's code."""
+    """Flags for every learner-controlled cell of `nb` run as code (a code cell, or one with a release code cell's
+    grade_id, whatever its type and flags: nbgrader makes it code again); a release code cell's text is the course's."""
     trusted, flags, seen = trusted_ids(release_nb), [], set()
     release = [c for c in (release_nb.cells if release_nb is not None else []) if c.get("cell_type") == "code"]
-    released = {_text(c).strip() for c in release}
-    context = _context([t for c in [*nb.cells, *release] if c.get("cell_type") == "code" and (t := _parse(_text(c)))])
-    for i, cell in ((i, c) for i, c in enumerate(nb.cells) if c.get("cell_type") == "code"):
+    released, coded = {_text(c).strip() for c in release}, {_gid(c) for c in release} - {None}
+    runs = [(i, c) for i, c in enumerate(nb.cells) if c.get("cell_type") == "code" or _gid(c) in coded]
+    context = _context([t for c in [*(c for _, c in runs), *release] if (t := _parse(_text(c)))])
+    for i, cell in runs:
         gid = grade_id(cell)
         if gid in trusted and gid not in seen and (is_locked(cell) or is_grade(cell)):
             seen.add(gid)  # nbgrader puts the release's source back into this one

@@ -210,7 +210,7 @@ def check_deleted(train_step) -> str:
 
 @check("capstone buffer reuse", quiet=True)
 def check_reuse(train_step) -> str:
-    """Each donated leaf's buffer is reused by an output leaf."""
+    """Each leaf of params and opt_state is donated (deleted) and its buffer reused by an output leaf."""
     x, y, w, b = _data(13)
     params, opt = _fresh_state(w, b)
     _step(train_step, params, opt, device(x), device(y))  # compile
@@ -218,6 +218,11 @@ def check_reuse(train_step) -> str:
     before = {f"params{keystr(p)}": leaf.unsafe_buffer_pointer() for p, leaf in _leaves(params)}
     before.update({f"opt_state{keystr(p)}": leaf.unsafe_buffer_pointer() for p, leaf in _leaves(opt)})
     out = _step(train_step, params, opt, device(x), device(y))
+    kept = [f"{side}{keystr(p)}" for side, tree in (("params", params), ("opt_state", opt))
+            for p, leaf in _leaves(tree) if not leaf.is_deleted()]
+    if kept:  # an input returned as an output (inside a bigger tree) has its own pointer, and was not donated
+        fail(f"{', '.join(kept)} still alive after the step: an output cannot have taken a buffer that "
+             "was not donated.", 'donate both trees: donate_argnames=("params", "opt_state").')
     after = set()
     for leaf in tree_leaves(out):
         if is_array(leaf) and not leaf.is_deleted():

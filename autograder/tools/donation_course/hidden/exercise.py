@@ -124,7 +124,7 @@ def check_values(update_with_donate) -> str:
                  "state + delta keeps the dtype of its inputs; do not convert it.")
         g, e = got.astype("float64"), expected.astype("float64")
         tol = 1e-2 if label.startswith("bfloat16") else 1e-6
-        bad = (np_abs(g - e) > tol * (1.0 + np_abs(e)))
+        bad = ~(np_abs(g - e) <= tol * (1.0 + np_abs(e)))  # not `>`: a NaN compares False, and would pass
         if bad.any():
             i = int(bad.argmax())
             fail(f"for {label} element {i} is {g[i]!r}, expected {e[i]!r} (= state[{i}] + delta[{i}]).",
@@ -186,7 +186,8 @@ def _asks_to_donate_delta(update_with_donate) -> bool:
 
 @check("result reuses state's buffer")
 def check_real_donation(update_with_donate) -> str:
-    """The result occupies the buffer state had (unsafe_buffer_pointer)."""
+    """The result occupies the buffer state had (unsafe_buffer_pointer), which state gave up (it is deleted):
+    an answer that returns state itself, donating nothing, has that pointer too."""
     state = device(_large(default_rng(1)))
     delta = device(_large(default_rng(2)))
     block_until_ready(state)
@@ -195,6 +196,9 @@ def check_real_donation(update_with_donate) -> str:
     if not is_array(out):
         fail(f"the result should be a JAX array, got {type(out).__name__}.")
     block_until_ready(out)
+    if not state.is_deleted():  # state itself returned, or copied in place: its buffer was never given up
+        fail("state is still alive after the call: nothing was donated, so the result cannot have taken "
+             "its buffer.", "compile with jax.jit(..., donate_argnums=(0,)) and return state + delta.")
     got = out.unsafe_buffer_pointer()
     if got == delta_pointer:
         fail("the result was written into delta's buffer, not state's.",
@@ -230,6 +234,6 @@ def check_training_loop(update_with_donate, steps: int = 50) -> str:
              "donate state so each step reuses its buffer.")
     expected = asarray(delta).astype("float64") * (steps + 1)
     got = asarray(state).astype("float64")
-    if (np_abs(got - expected) > 1e-3 * (1.0 + np_abs(expected))).any():
+    if not (np_abs(got - expected) <= 1e-3 * (1.0 + np_abs(expected))).all():  # a NaN fails
         fail(f"after {steps + 1} steps the state is not {steps + 1} * delta.")
     return f"{steps} loop steps rebinding state kept the number of live buffers at {before}."
