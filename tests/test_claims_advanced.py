@@ -134,6 +134,26 @@ def test_compiled_under_debug_nans_does_not_donate_and_does_not_warn():
     assert caught == []
 
 
+@pytest.mark.parametrize("prepare", ["lower", "explain_donation", "nothing"])
+def test_debug_nans_is_read_when_jit_first_traces_the_signature_not_when_it_compiles(prepare):
+    # Lesson 5 (l5-intro, l5-cached-text, l5-lowered, summary): traced before the mode by
+    # .lower() or explain_donation, the signature keeps donating though its first call
+    # compiles inside debug_nans; traced first inside the mode, it does not donate.
+    from donation_lab import explain_donation
+
+    f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
+    if prepare == "lower":
+        f.lower(jnp.ones(4))
+    elif prepare == "explain_donation":
+        explain_donation(f, jnp.ones(4))
+    assert f._cache_size() == 0  # nothing compiled for the call yet
+    x = jnp.ones(4)
+    with jax.debug_nans(True):
+        f(x)
+    assert f._cache_size() == 1  # the call compiled, inside the mode
+    assert x.is_deleted() is (prepare != "nothing")
+
+
 def test_config_update_debug_nans_also_disables_donation():
     f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
     jax.config.update("jax_debug_nans", True)
@@ -303,6 +323,21 @@ SHARDING_SCRIPT = textwrap.dedent("""
     out, w = call(g, a)
     res["mismatch"] = {"deleted": a.is_deleted(), "warnings": w}
 
+    # different shardings, pieces of one size per device: (1, 8) in, (8, 1) out, on both kinds of mesh
+    res["same_size_pieces"] = {}
+    for kind, types in (("explicit", None), ("auto", (AxisType.Auto,))):
+        m8 = jax.make_mesh((8,), ("x",)) if types is None else jax.make_mesh((8,), ("x",), axis_types=types)
+        rows, cols = NamedSharding(m8, P("x", None)), NamedSharding(m8, P(None, "x"))
+        t = jax.jit(lambda v: 2.0 * v, in_shardings=rows, out_shardings=cols, donate_argnums=0)
+        a = jax.device_put(jnp.arange(64.0).reshape(8, 8), rows)
+        before = {s.device.id: s.data.unsafe_buffer_pointer() for s in a.addressable_shards}
+        out, w = call(t, a)
+        res["same_size_pieces"][kind] = {
+            "pieces": [list(rows.shard_shape((8, 8))), list(cols.shard_shape((8, 8)))],
+            "deleted": a.is_deleted(), "warnings": w, "spec": str(out.sharding.spec),
+            "own_buffer": [s.data.unsafe_buffer_pointer() == before[s.device.id] for s in out.addressable_shards],
+            "values_right": bool((out == 2.0 * jnp.arange(64.0).reshape(8, 8)).all())}
+
     amesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
     asplit, arep = NamedSharding(amesh, P("x")), NamedSharding(amesh, P())
     for name, target in (("silent", arep), ("fixed", asplit)):
@@ -407,6 +442,16 @@ def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(
     assert mismatch["deleted"] is False
     assert len(mismatch["warnings"]) == 1
     assert mismatch["warnings"][0].startswith("Some donated buffers were not usable: float32[2].")
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_different_shardings_with_pieces_of_one_size_donate_without_a_warning(sharding_facts, kind):
+    # Lesson 6 (l6-same-size, summary): P('x', None) in, P(None, 'x') out gives (1, 8) and (8, 1)
+    # pieces, 32 bytes each: no warning, each device's output in its own input buffer, input
+    # deleted. The other side (pieces of another size, P('x') in, P() out) warns: test above.
+    same = sharding_facts["same_size_pieces"][kind]
+    assert same == {"pieces": [[1, 8], [8, 1]], "deleted": True, "warnings": [], "spec": "P(None, 'x')",
+                    "own_buffer": [True] * 8, "values_right": True}
 
 
 def test_with_sharding_constraint_needs_a_sharding_on_the_auto_mesh(sharding_facts):

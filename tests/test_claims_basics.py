@@ -313,6 +313,40 @@ def test_an_output_reuses_a_donated_buffer_only_at_the_same_byte_size(target, re
         assert out.unsafe_buffer_pointer() == pointer
 
 
+def test_pass_two_pairing_only_hands_the_buffer_over_xla_reuses_it_for_an_output_of_equal_bytes():
+    # Lesson 3 (l3-pass2-md, l3-elsewhere, summary): the float32[8] is paired with int8[8] (as
+    # many elements: no warning, marked a buffer donor), but XLA puts the float16[16] output
+    # (32 bytes, like the input) in its buffer, and the input is deleted. Without a 32-byte
+    # output the same pairing reuses nothing: no warning, not deleted.
+    def int8_and_wide(c):
+        return c.astype(jnp.int8), jnp.concatenate([c, c]).astype(jnp.float16)
+
+    both = jax.jit(int8_and_wide, donate_argnums=0)
+    assert "tensor<8xf32> {jax.buffer_donor = true}" in both.lower(jnp.ones(8)).as_text()
+    x = jnp.ones(8)
+    pointer = x.unsafe_buffer_pointer()
+    (small, wide), caught = call_recording_warnings(both, x)
+    assert caught == [] and x.is_deleted()
+    assert wide.unsafe_buffer_pointer() == pointer != small.unsafe_buffer_pointer()
+    alone = jax.jit(lambda c: int8_and_wide(c)[0], donate_argnums=0)
+    assert "tensor<8xf32> {jax.buffer_donor = true}" in alone.lower(jnp.ones(8)).as_text()
+    x = jnp.ones(8)
+    _, caught = call_recording_warnings(alone, x)
+    assert caught == [] and not x.is_deleted()
+
+
+def test_an_input_left_without_a_free_output_is_not_handed_to_xla():
+    # Lesson 3 (l3-pass2-md, l3-taken): int8[4] takes the only float32[4] output by element
+    # count (a donor, but too small); int32[4] gets the warning, is no donor, and survives.
+    f = jax.jit(lambda s, c: s.astype(jnp.float32) + c, donate_argnums=(0, 1))
+    small, counts = jnp.ones(4, jnp.int8), jnp.ones(4, jnp.int32)
+    _, caught = call_recording_warnings(f, small, counts)
+    assert caught == [f"{NOT_USABLE}: int32[4].\n{FAQ}"]
+    assert not small.is_deleted() and not counts.is_deleted()
+    text, _ = call_recording_warnings(lambda: f.lower(jnp.ones(4, jnp.int8), jnp.ones(4, jnp.int32)).as_text())
+    assert "tensor<4xi8> {jax.buffer_donor = true}" in text and "tensor<4xi32> {" not in text
+
+
 def test_an_output_with_fewer_elements_warns_one_with_as_many_does_not():
     # Lesson 3 (l3-fewer against l3-bytes): the warning needs no output with the
     # input's shape and dtype nor its element count.

@@ -35,9 +35,23 @@ def test_matching_marks_pass_one_and_pass_two_and_no_arrow_for_a_miss():
     fig, ax = plt.subplots()
     assert draw_matching(f, *args, ax=ax) == m["pairs"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "pass 1: same shape and dtype", "pass 2: same element count and bytes"]
+        "reused: same shape and dtype", "reused: other shape or dtype, same bytes"]
     assert not any(a.is_deleted() for a in args)  # nothing ran
     plt.close(fig)
+
+
+def test_matching_draws_where_xla_puts_the_buffer_not_the_pass_two_pairing():
+    # Lesson 3 (l3-elsewhere): JAX pairs the float32[8] with int8[8] (same element count,
+    # no warning), but XLA puts the float16[16] output (32 bytes, as many as the input) in
+    # its buffer: the arrow goes there. Without a 32-byte output there is no arrow.
+    both = jax.jit(lambda c: (c.astype(jnp.int8), jnp.concatenate([c, c]).astype(jnp.float16)), donate_argnums=0)
+    assert matching_pairs(both, jnp.ones(8))["pairs"] == [(0, 1, 2)]
+    x = jnp.ones(8)
+    address = x.unsafe_buffer_pointer()
+    small, wide = both(x)
+    assert x.is_deleted() and wide.unsafe_buffer_pointer() == address != small.unsafe_buffer_pointer()
+    only_int8 = jax.jit(lambda c: c.astype(jnp.int8), donate_argnums=0)
+    assert matching_pairs(only_int8, jnp.ones(8))["pairs"] == []
 
 
 def test_shard_plot_has_a_legend_per_device():

@@ -7,9 +7,12 @@ compiled programs (nothing is made up):
 - `draw_peaks(results)`: the measured peak above the live arrays, one bar
   per loop, against one params array (lesson 1, from `compare_donation`);
 - `draw_matching(fn, *args)`: the donated inputs on the left, the outputs on
-  the right, and an arrow for every reuse the compiled program makes, marked
-  pass 1 (same shape and dtype) or pass 2 (same element count and bytes)
-  (lesson 3). It lowers and compiles `fn` only: nothing runs or is donated.
+  the right, and an arrow for every reuse the compiled program makes (its
+  `input_output_alias`), coloured by whether the output has the input's shape
+  and dtype or another shape or dtype of the same byte size (lesson 3). An
+  arrow is where XLA put the buffer, which need not be the output JAX's second
+  pass paired the input with (that pairing only decides the warning). It
+  lowers and compiles `fn` only: nothing runs or is donated.
 
 Every label lies inside its axes and every text inside its figure
 (tests/test_figure_text.py).
@@ -82,7 +85,10 @@ def draw_peaks(results: dict, ax=None):
 
 def matching_pairs(fn, *args, **kwargs) -> dict:
     """What `draw_matching` draws: inputs (path, type, requested), outputs
-    (path, type) and pairs (input index, output index, pass number)."""
+    (path, type) and pairs (input index, output index, kind), one per reuse in
+    the compiled program: kind 1 when the output has the input's shape and
+    dtype, 2 when it has another shape or dtype (and so the same byte size,
+    the only reuse XLA makes)."""
     import jax
 
     from .explain import explain_donation
@@ -103,7 +109,7 @@ def matching_pairs(fn, *args, **kwargs) -> dict:
 
 
 def draw_matching(fn, *args, ax=None, **kwargs):
-    """Draw the input-to-output matching of the compiled `fn`; returns the pairs."""
+    """Draw the reuses of the compiled `fn`, input to output; returns the pairs."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -121,9 +127,9 @@ def draw_matching(fn, *args, ax=None, **kwargs):
     for i, j, n in m["pairs"]:
         ax.annotate("", xy=(0.98, y(j)), xytext=(0.02, y(i)),
                     arrowprops=dict(arrowstyle="->", color=PASS_COLOURS[n], linewidth=2))
-    ax.legend(handles=[Line2D([], [], color=PASS_COLOURS[1], linewidth=2, label="pass 1: same shape and dtype"),
+    ax.legend(handles=[Line2D([], [], color=PASS_COLOURS[1], linewidth=2, label="reused: same shape and dtype"),
                        Line2D([], [], color=PASS_COLOURS[2], linewidth=2,
-                              label="pass 2: same element count and bytes")],
+                              label="reused: other shape or dtype, same bytes")],
               loc="upper center", bbox_to_anchor=(0.5, 0), fontsize=8, ncol=2, frameon=False)
     ax.set_xlim(-1.2, 2.2)
     ax.set_ylim(0.3, rows + 0.7)
