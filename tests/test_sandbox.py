@@ -443,6 +443,12 @@ def test_replacing_a_hidden_check_or_checks_through_a_namespace_is_a_tamper_reco
     course, cwd, out = run_in_sandbox(tmp_path / "b", rebind)
     tampers = [r for r in audit_of(out)[0]["records"] if r["kind"] == "tamper"]
     assert tampers and "checks (the notebook's name" in tampers[0]["what"][0], out[-2000:]
+    constant = ["from donation_lab import checks", "import donation_course.hidden.capstone as c\n"
+                "c.__dict__['BETA'] = 0.0\n", END]  # a constant the checks read, not a function
+    (tmp_path / "c").mkdir()
+    course, cwd, out = run_in_sandbox(tmp_path / "c", constant)
+    tampers = [w for r in audit_of(out)[0]["records"] if r["kind"] == "tamper" for w in r["what"]]
+    assert "donation_course.hidden.capstone.BETA" in tampers, out[-2000:]
 
 
 @needs_bwrap

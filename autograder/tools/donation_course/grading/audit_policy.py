@@ -44,14 +44,16 @@ MAGICS_ALLOWED = ("time", "timeit")
 
 
 def snapshot(modules):
-    """{module name: (module, its dict, {name: value}, {function name: (code, defaults, kwdefaults)})}."""
+    """{module name: (module, its dict, {global name: value}, {function name: (code, defaults, kwdefaults)})}."""
     import types
 
     shot = {}
     for name in WATCHED:
         __import__(name)
         mod = modules[name]
-        values = {k: v for k, v in vars(mod).items() if callable(v) or isinstance(v, types.ModuleType)}
+        # every global the module binds (functions, modules, and the constants the checks read:
+        # capstone.BETA, exercise.LARGE...), not the import machinery's dunders
+        values = {k: v for k, v in vars(mod).items() if not (k.startswith("__") and k.endswith("__"))}
         codes = {k: (v.__code__, v.__defaults__, v.__kwdefaults__) for k, v in values.items()
                  if isinstance(v, types.FunctionType)}
         shot[name] = (mod, vars(mod), values, codes)
