@@ -107,6 +107,20 @@ def test_tied_leaves_with_no_output_that_could_take_them_run_with_the_warning():
     assert not shared.is_deleted()
 
 
+def test_tied_leaves_with_outputs_of_as_many_elements_but_other_bytes_run_silently():
+    # Lesson 4 (l4-summary): two int8[3] outputs pair with both float32[3] leaves (as many
+    # elements: no warning) but cannot take their buffers (another byte size): the call
+    # runs, silently, and the shared array stays alive.
+    shared = jnp.ones(3)
+    to_int8 = jax.jit(lambda p: ((p["w"] + p["b"]).astype(jnp.int8), (p["w"] - p["b"]).astype(jnp.int8)),
+                      donate_argnums=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        total, difference = to_int8({"w": shared, "b": shared})
+    assert total.tolist() == [2, 2, 2] and difference.tolist() == [0, 0, 0]
+    assert caught == [] and not shared.is_deleted()
+
+
 def test_copying_the_leaves_repairs_double_donation():
     shared = jnp.zeros(3)
     untied = jax.tree.map(lambda a: a.copy(), {"w": shared, "b": shared})
@@ -186,6 +200,21 @@ def test_only_the_shapes_compiled_under_debug_nans_stay_non_donating():
     f(x5)
     f(x4)
     assert x5.is_deleted() and not x4.is_deleted()
+
+
+def test_weak_type_is_part_of_the_signature_debug_nans_is_cached_for():
+    # Lesson 5 (l5-intro, l5-summary): a signature is one per argument shape, dtype and weak
+    # type. Traced with a strong float32[] under debug_nans, a strong float32[] called later
+    # still does not donate; a weak float32[] (jnp.asarray(1.0)) is traced anew and donates.
+    f = jax.jit(lambda x: 4.0 * x, donate_argnums=0)
+    with jax.debug_nans(True):
+        f(jnp.ones(()))
+    strong, weak = jnp.ones(()), jnp.asarray(1.0)
+    assert (strong.weak_type, weak.weak_type) == (False, True)
+    assert (strong.shape, strong.dtype) == (weak.shape, weak.dtype)
+    f(strong)
+    f(weak)
+    assert not strong.is_deleted() and weak.is_deleted()
 
 
 def test_jax_clear_caches_restores_donation_for_every_jitted_function_at_once():

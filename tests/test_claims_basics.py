@@ -451,6 +451,17 @@ def test_same_array_twice_one_donated_runs_when_no_output_can_take_it():
     assert messages == [] and not x.is_deleted()
 
 
+def test_same_array_twice_one_donated_runs_silently_with_an_output_of_as_many_elements_but_other_bytes():
+    # Lesson 3 (summary): an int8[4] output has as many elements as the donated float32[4]
+    # (paired, so no warning) but another byte size (not reused): the call runs, silently,
+    # and nothing is deleted. The float32[4] output on the other side fails (l3-twice).
+    x = jnp.ones(4)
+    out, messages = call_recording_warnings(
+        jax.jit(lambda a, b: (a + b).astype(jnp.int8), donate_argnums=0), x, x)
+    np.testing.assert_array_equal(out, [2, 2, 2, 2])
+    assert out.dtype == jnp.int8 and messages == [] and not x.is_deleted()
+
+
 def test_same_array_twice_both_donated():
     x = jnp.ones(4)
     with pytest.raises(jax.errors.JaxRuntimeError, match="Attempt to donate the same buffer twice"):

@@ -230,6 +230,22 @@ def test_loop_carry_donation_carries_through_the_outer_jit(name):
     assert not carry.is_deleted()
 
 
+def test_a_loop_carry_is_matched_like_any_other_output():
+    # Lesson 3 (l3-beyond-md, summary): the final carry takes the donated buffer when it is
+    # matched to the donated input (the only output, above). Returned after an earlier output
+    # of the same shape and dtype (ys[0]), it is not: ys[0] takes the buffer.
+    def first_and_final(carry, xs):
+        final, ys = jax.lax.scan(lambda c, x: (c + x, c), carry, xs)
+        return ys[0], final
+    carry = jnp.ones(4)
+    address = carry.unsafe_buffer_pointer()
+    first, final = jax.jit(first_and_final, donate_argnums=0)(carry, jnp.ones((3, 4)))
+    assert carry.is_deleted()
+    assert first.unsafe_buffer_pointer() == address and final.unsafe_buffer_pointer() != address
+    np.testing.assert_array_equal(first, 1.0)
+    np.testing.assert_array_equal(final, 4.0)
+
+
 def test_donated_input_is_deleted_when_the_call_returns_whether_or_not_the_result_is_ready():
     """Lesson 3 (l3-async): a result not ready yet as the call returns, and one that
     is (a tiny program runs before the call returns): the input is deleted in both;
