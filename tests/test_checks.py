@@ -185,3 +185,17 @@ def test_a_failed_check_shows_its_message_and_no_traceback_in_a_real_kernel():
     assert first.evalue == "\n".join(first.traceback)
     assert second.traceback[0].startswith("Not answered yet: `never_defined` is not defined.")
     assert len(second.traceback) == 1
+
+
+def test_the_hidden_checks_loaded_at_kernel_start_leave_the_device_count_to_the_notebook(env):
+    """The audit snapshots (imports) the hidden checks when a grading kernel starts, before the
+    notebook's first cell: nothing there may start JAX's backend, or lesson 6's first cell could no
+    longer ask for 8 devices (a module-level device_put once did, and every lesson-6 check failed)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nfrom donation_course.grading.audit_policy import snapshot\nsnapshot(sys.modules)\n"
+            "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\nimport jax\n"
+            "print(len(jax.devices()))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "8", r.stdout + r.stderr
