@@ -14,7 +14,7 @@ feedback again.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..course import Course, CourseError
 from .gradebook import one_transaction, open_gradebook
@@ -72,8 +72,7 @@ def accept(course: Course, state: State, student: str, cells: tuple[str, ...] = 
                           for g in nb.grades)
     summary = kept_by_grader.summary
     if not waiting and summary.status == Status.FLAGGED.value:
-        reasons = [r for r in summary.reasons if not r.startswith("flagged for manual grading")]
-        kept_by_grader.summary = replace(summary, status="", reasons=[
-            "flagged; the instructor read the code and accepted the automatic result", *reasons])
+        kept_by_grader.summary = summary.unflagged(
+            summary.reasons, note="flagged; the instructor read the code and accepted the automatic result")
         save_state(course.state_file, state)
     return Accepted(student, tuple(done), tuple(kept), points)

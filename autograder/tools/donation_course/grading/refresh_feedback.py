@@ -111,10 +111,10 @@ def page_input(api, course: Course, sid: str, summary: Summary) -> tuple[Student
     waiting = any(g.needs_manual_grade for nb in notebooks.values() for g in nb.grades)
     reasons = [r for r in summary.reasons if not any(r.startswith(f"{cell} ") or r.startswith(f"{cell}:")
                                                      for cell in by_hand)] + said
+    summary = replace(summary, reasons=reasons)
     if summary.status == Status.FLAGGED.value and not waiting:
-        reasons = [r for r in reasons if not r.startswith("flagged for manual grading")]
-        summary = replace(summary, status="")  # ok or partial, from the scores the instructor gave
-    return StudentResult.graded(sid, notebooks, timestamp, reasons), replace(summary, reasons=reasons)
+        summary = summary.unflagged(reasons)
+    return StudentResult.graded(sid, notebooks, timestamp, summary.reasons), summary
 
 
 def regenerate(course: Course, out: Path, changes: list[Change]) -> tuple[list[str], list[str]]:

@@ -9,8 +9,10 @@ summary (report.py).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
+
+FLAG_REASON = "flagged for manual grading"  # how a flagged student's first reason begins
 
 
 class Status(StrEnum):
@@ -110,7 +112,7 @@ class StudentResult:
                 g.message = "flagged for the instructor (manual grading): " + found[0].reason
         self.status = Status.FLAGGED
         listed = "; ".join(str(f) for found in flags.values() for f in found[:5])
-        self.reasons.insert(0, "flagged for manual grading, no automatic points: " + listed)
+        self.reasons.insert(0, f"{FLAG_REASON}, no automatic points: " + listed)
 
 
 @dataclass
@@ -126,6 +128,13 @@ class Summary:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def unflagged(self, reasons: list[str], note: str = "") -> Summary:
+        """This summary once no cell waits for the instructor any more: no flagged
+        status (ok or partial then follow from the gradebook's scores), `reasons`
+        without the flag's own line, `note` first."""
+        kept = [r for r in reasons if not r.startswith(FLAG_REASON)]
+        return replace(self, status="", reasons=[note, *kept] if note else kept)
 
     @classmethod
     def from_dict(cls, data: dict) -> Summary:

@@ -194,12 +194,11 @@ class Run:
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
         self.start = time.monotonic()
-        pool_start = time.monotonic()
         held: list[StudentResult] = []  # kernels that never started, before any did: the grader's fault?
         started = False
         try:
             with self.executor() as pool, contextlib.closing(pool.grade(self.gradable)) as results:
-                self.phases["workers"] = round(time.monotonic() - pool_start, 3)
+                self.phases["workers"] = round(time.monotonic() - self.start, 3)
                 grading = time.monotonic()
                 for result in results:
                     bar.update()
