@@ -232,3 +232,25 @@ def grading_code_in_environment(python, env) -> dict:
     code = f"MARKERS = {INSTRUCTOR_ONLY!r}\n" + LEARNER_ENV_PROBE
     result = run([str(python), "-c", code], env=env, cwd=NOTEBOOKS, timeout=600)
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+PYTHON3_KERNEL_PROBE = """
+import json
+from jupyter_client.manager import start_new_kernel
+manager, client = start_new_kernel(kernel_name="python3")
+try:
+    client.kernel_info()
+    reply = client.get_shell_msg(timeout=60)
+    print(json.dumps({"argv": manager.kernel_spec.argv, "version": reply["content"]["language_info"]["version"]}))
+finally:
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+"""
+
+
+def python3_kernel(python, env) -> dict:
+    """The `python3` kernel a Python environment's Jupyter starts, started for
+    real: {"argv": its kernelspec's command, "version": the Python version its
+    kernel_info reports}."""
+    result = run([str(python), "-c", PYTHON3_KERNEL_PROBE], env=env, cwd=NOTEBOOKS, timeout=120)
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, free_port, grading_code_in_environment, start_server, wait_for_http
+from helpers import ROOT, free_port, grading_code_in_environment, python3_kernel, start_server, wait_for_http
 
 pytestmark = pytest.mark.slow
 
@@ -145,6 +145,15 @@ def test_instructor_extensions_are_off_for_learners(binder):
             state.setdefault(parts[0], parts[1])
     assert state.get("nbgrader.server_extensions.formgrader") == "disabled", text
     assert state.get("nbgrader.server_extensions.validate_assignment") == "enabled", text
+
+
+def test_binder_python3_kernel_is_the_lessons_kernel(binder):
+    """postBuild ran binder/lesson-kernel: Binder's Python 3.11.x reports "3.11",
+    as the lessons' language_info says (tests/test_environments.py has the
+    other side: ipykernel's own kernel reports the patch release)."""
+    env, venv, _, _ = binder
+    found = python3_kernel(venv / "bin" / "python", env)
+    assert "donation_lab.kernel" in found["argv"] and found["version"] == "3.11", found
 
 
 def test_binder_environment_holds_no_grading_tools(binder):

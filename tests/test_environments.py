@@ -7,7 +7,7 @@ caches), which later runs reuse.
 """
 import pytest
 
-from helpers import grading_code_in_environment, load_course_script
+from helpers import grading_code_in_environment, load_course_script, python3_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +56,22 @@ def test_no_environment_pays_for_rfc3987_syntax_at_import(course_script, name, t
     fake.mkdir()
     (fake / "__init__.py").write_text("def is_valid_syntax(*a, **k):\n    return True\n")
     assert probe({"PYTHONPATH": str(tmp_path)}) == {"installed": True, "imported": True}
+
+
+
+@pytest.mark.parametrize("name, version", [("learner", "3.11"), ("instructor", "patch")])
+def test_the_learners_python3_kernel_reports_python_as_the_lessons_carry_it(course_script, name, version):
+    """binder/lesson-kernel ran: the learner's `python3` kernel is the lessons'
+    (donation_lab.kernel) and reports Python as "3.11", as the lessons'
+    language_info says, so JupyterLab opens them unmodified on any 3.11.x.
+    The other side: the instructor's environment keeps ipykernel's kernel,
+    which reports the patch release."""
+    import sys
+
+    found = python3_kernel(*course_script.ensure_venv(name))
+    if version == "patch":
+        assert "donation_lab.kernel" not in found["argv"], found
+        assert found["version"] == sys.version.split()[0], found
+    else:
+        assert "donation_lab.kernel" in found["argv"], found
+        assert found["version"] == version, found
