@@ -16,6 +16,10 @@ from pathlib import Path
 
 import nbformat
 
+# The grader's own folder in a course, and its compile cache's name there.
+GRADING_DIR = ".grading"
+COMPILE_CACHE = "compile-cache"
+
 
 class CourseError(Exception):
     """A problem the user can fix; its message is one line, shown as is."""
@@ -90,7 +94,7 @@ class Course:
         """The grader's own files for this assignment (state, logs, exports):
         COURSE/.grading/, or COURSE/.grading/<assignment>/ in a course with
         several. The run lock stays in COURSE/.grading/: one gradebook."""
-        top = self.root / ".grading"
+        top = self.root / GRADING_DIR
         if not self.several:
             return top
         if (top / "state.json").exists():  # graded while source/ held one assignment
@@ -101,7 +105,7 @@ class Course:
 
     @property
     def lock_dir(self) -> Path:
-        return self.root / ".grading"
+        return self.root / GRADING_DIR
 
     @property
     def state_file(self) -> Path:
@@ -110,7 +114,7 @@ class Course:
     @property
     def compile_cache(self) -> Path:
         """The grading kernels' JAX compile cache (grading/compile_cache.py)."""
-        return self.grading_dir / "compile-cache"
+        return self.grading_dir / COMPILE_CACHE
 
     @property
     def source(self) -> Path:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from ..course import Course
+from ..course import COMPILE_CACHE, GRADING_DIR, Course
 
 # nbgrader's tables that hold students and what they submitted: left out of the bundle
 STUDENT_TABLES = frozenset({"student", "submitted_assignment", "submitted_notebook", "grade", "comment"})
@@ -81,7 +81,7 @@ def build(course: Course, compile_cache: bool) -> Bundle:
     folders = {course.source: course.source.relative_to(course.root),
                course.release: course.release.relative_to(course.root)}
     if compile_cache:
-        folders[course.compile_cache] = Path(".grading", "compile-cache")
+        folders[course.compile_cache] = Path(GRADING_DIR, COMPILE_CACHE)
     for folder, name in folders.items():
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if path.is_file() and "__pycache__" not in path.parts:

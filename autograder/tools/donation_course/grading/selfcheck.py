@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..course import COURSE, NOTEBOOKS, ROOT, Course, CourseError, grade_id, read_notebook
+from ..course import COURSE, GRADING_DIR, NOTEBOOKS, ROOT, Course, CourseError, grade_id, read_notebook
 from .gradebook import assignment_facts
 from .lms import Collected, File, notebook_of
 from .prepare import prepare
@@ -217,7 +217,7 @@ def main(argv: list[str]) -> int:
     course = sync_course(private_folder(args.dir))
     settings = GradingSettings(config=course.config)
     settings.progress, settings.workers = False, 1
-    settings.out = str(course.root / ".grading")  # never where the course's config sends the class's reports
+    settings.out = str(course.root / GRADING_DIR)  # never where the course's config sends the class's reports
     settings.sandbox = not args.no_sandbox
     if args.timeout is not None:
         settings.timeout = args.timeout
