@@ -1,6 +1,8 @@
 """The rules issue #11 corrected or added to lessons 2, 3, 5 and 6, each with a
 case on both sides, asserted on the pinned JAX (0.10.2). If an upgrade changes
 one, this file fails and names the lesson cell to rewrite."""
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -529,3 +531,157 @@ def test_a_live_device_get_result_blocks_donation_like_a_numpy_view():
     del fetched
     _, messages = record(step, z, jnp.ones(4))
     assert messages == [] and z.is_deleted()
+
+
+# ---- lesson 3: the fast path's whole signature, the element-count rule, control flow outside jit,
+# ---- and where the one-device rules stop (l3-ref3-md, l3-signature, l3-count, l3-control, l3-view,
+# ---- l3-unusable-md; the figure's "(donation requested)" is in test_pictures.py) ----
+
+def deleted_by_donation(x):
+    jax.jit(lambda s: s * 1, donate_argnums=0)(x)
+    assert x.is_deleted()
+    return x
+
+
+def committed(x):
+    return jax.device_put(x, jax.devices()[0])
+
+
+@pytest.mark.parametrize("first_live,donated,raises", [
+    (lambda: jnp.ones(37), lambda: jnp.ones(37), ValueError),              # the same signature
+    (lambda: jnp.ones(37), lambda: jnp.full(37, 0.5), RuntimeError),       # weak-typed: another one
+    (lambda: jnp.ones(37), lambda: committed(jnp.ones(37)), RuntimeError),  # committed: another one
+    (lambda: jnp.full(37, 0.5), lambda: jnp.full(37, 0.5), ValueError),    # weak after a weak first call
+    (lambda: committed(jnp.ones(37)), lambda: committed(jnp.ones(37)), ValueError)])
+def test_the_fast_path_is_per_signature_weak_type_and_commitment_included(first_live, donated, raises):
+    """Lesson 3 (l3-ref3-md, l3-signature): the first live call makes the fast path for
+    its signature only; a deleted array of the same shape and dtype but another weak type
+    or commitment goes through Python (RuntimeError), one of the same signature raises
+    ValueError. A fresh function per case, so no other case made its first call."""
+    plus_one = jax.jit(lambda v: v + 1)
+    live = first_live()
+    plus_one(live)
+    gone = deleted_by_donation(donated())
+    same_signature = (gone.weak_type, gone.committed) == (live.weak_type, live.committed)
+    assert same_signature is (raises is ValueError)
+    with pytest.raises(raises) as info:
+        plus_one(gone)
+    assert isinstance(info.value, RuntimeError) is (raises is RuntimeError)
+
+
+@pytest.mark.parametrize("callback", [True, False])
+def test_a_host_callback_never_takes_the_fast_path(callback, capfd):
+    """Lesson 3 (l3-signature): `shout` (jax.debug.print) ran live three times and
+    still raises RuntimeError on a donated array of that signature; the same function
+    without the callback raises ValueError."""
+    def body(v):
+        if callback:
+            jax.debug.print("shout: {}", v[0])
+        return v + 1
+
+    fn = jax.jit(body)
+    for _ in range(3):
+        fn(jnp.ones(43))
+    gone = deleted_by_donation(jnp.ones(43))
+    with pytest.raises(RuntimeError if callback else ValueError) as info:
+        fn(gone)
+    assert isinstance(info.value, RuntimeError) is callback
+    assert capfd.readouterr().out.count("shout: 1.0") == (3 if callback else 0)
+
+
+@pytest.mark.parametrize("source,target,n_in,n_out", [
+    (jnp.float32, jnp.int8, 64, 64), (jnp.int8, jnp.float32, 8, 8), (jnp.float32, jnp.bfloat16, 1024, 1024),
+    (jnp.float32, jnp.int8, 64, 128), (jnp.int8, jnp.float32, 8, 2), (jnp.float32, jnp.int8, 64, 256),
+    (jnp.float32, jnp.bfloat16, 1024, 2048)])
+def test_a_dtype_change_warns_exactly_when_the_element_count_changes(source, target, n_in, n_out):
+    """Lesson 3 (l3-bytes, l3-count, summary): another byte size with as many elements:
+    not reused, not deleted, no warning. Another number of elements: the warning, even
+    when the output would fit (float32[64] -> int8[128]) or has the same bytes
+    (int8[8] -> float32[2], float32[64] -> int8[256]). Never deleted."""
+    x = jnp.ones(n_in, dtype=source)
+    out, messages = record(jax.jit(lambda c: jnp.resize(c, n_out).astype(target), donate_argnums=0), x)
+    assert out.shape == (n_out,) and out.dtype == target and not x.is_deleted()
+    expected = [] if n_in == n_out else [f"{NOT_USABLE}: {x.dtype}[{n_in}]."]
+    assert [m.splitlines()[0] for m in messages] == expected
+
+
+def twice_donating():
+    return jax.jit(lambda p: 2.0 * p, donate_argnums=0)
+
+
+@pytest.mark.parametrize("name", ["scan", "fori_loop", "while_loop", "cond", "direct", "vmap"])
+def test_control_flow_outside_jit_ignores_a_donating_jit_in_its_body(name):
+    """Lesson 3 (l3-control): scan, fori_loop and cond (and while_loop) trace their body
+    even outside any jit, so the donating jit there is nested and its request ignored,
+    silently. The other side: called directly, or under vmap, it deletes the input."""
+    twice = twice_donating()
+    run = {"scan": lambda p: jax.lax.scan(lambda c, _: (twice(c), None), p, length=2)[0],
+           "fori_loop": lambda p: jax.lax.fori_loop(0, 2, lambda i, c: twice(c), p),
+           "while_loop": lambda p: jax.lax.while_loop(lambda c: c[0] < 4.0, twice, p),
+           "cond": lambda p: jax.lax.cond(True, twice, lambda c: c, p),
+           "direct": twice,
+           "vmap": jax.vmap(twice)}[name]
+    p = jnp.array([1.0, 2.0, 3.0])
+    out, messages = record(run, p)
+    assert messages == []
+    assert p.is_deleted() is (name in ("direct", "vmap"))
+    expected = {"scan": 4.0, "fori_loop": 4.0, "while_loop": 4.0}.get(name, 2.0)
+    np.testing.assert_array_equal(out, expected * np.array([1.0, 2.0, 3.0]))
+
+
+EIGHT_DEVICE_LIMITS = """
+    import json, warnings
+    import numpy as np, jax, jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    def record(fn, *args):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = fn(*args)
+        return out, [str(w.message).splitlines()[0] for w in caught]
+
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    res = {"devices": len(jax.devices())}
+    for layout, spec in (("split", P("x")), ("replicated", P())):
+        sharding = NamedSharding(mesh, spec)
+        step = jax.jit(lambda s, d: s + d, donate_argnums=0, out_shardings=sharding)
+        for reader in ("asarray", "device_get"):
+            x = jax.device_put(jnp.arange(16.0), sharding)
+            host = np.asarray(x) if reader == "asarray" else jax.device_get(x)
+            shares = host.ctypes.data in {s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+            _, messages = record(step, x, jax.device_put(jnp.ones(16), sharding))
+            res[f"{layout} {reader}"] = [shares, x.is_deleted(), messages, host[:3].tolist()]
+
+    split = NamedSharding(mesh, P("x"))
+    for name, fn, options, one_device in (
+            ("half, no out_shardings", lambda v: v[:8] * 2, {}, False),
+            ("double, no out_shardings", lambda v: v * 2, {}, False),
+            ("half, out_shardings", lambda v: v[:8] * 2, dict(out_shardings=split), False),
+            ("half, one device", lambda v: v[:8] * 2, {}, True)):
+        x = jnp.arange(16.0) if one_device else jax.device_put(jnp.arange(16.0), split)
+        _, messages = record(jax.jit(fn, donate_argnums=0, **options), x)
+        res[name] = [x.is_deleted(), messages]
+    print("RESULT" + json.dumps(res))
+"""
+
+
+def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
+    """Lesson 3's view and warning rules are one-device rules (l3-view, l3-unusable-md).
+    On 8 devices: np.asarray and jax.device_get of a split array assemble a copy, which
+    blocks nothing (the array is donated while it lives); of a replicated array they read
+    a device's buffer and block donation, silently, as on one device. An Auto-mesh jit
+    given no out_shardings never warns, whether the donation is used or not; given
+    out_shardings, or on one device, the same function warns."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(EIGHT_DEVICE_LIMITS)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT"):])
+    assert res["devices"] == 8
+    for reader in ("asarray", "device_get"):
+        assert res[f"split {reader}"] == [False, True, [], [0.0, 1.0, 2.0]]        # a copy: donated anyway
+        assert res[f"replicated {reader}"] == [True, False, [], [0.0, 1.0, 2.0]]   # a view: blocks, silently
+    assert res["half, no out_shardings"] == [False, []]
+    assert res["double, no out_shardings"] == [True, []]
+    assert res["half, out_shardings"] == [False, [f"{NOT_USABLE}: float32[2]."]]   # per-device piece
+    assert res["half, one device"] == [False, [f"{NOT_USABLE}: float32[16]."]]

@@ -40,6 +40,28 @@ def test_matching_marks_pass_one_and_pass_two_and_no_arrow_for_a_miss():
     plt.close(fig)
 
 
+def test_matching_marks_a_requested_donation_not_a_done_one():
+    # Lesson 3 (l3-picture-md): every input named in donate_argnums is marked "(donation
+    # requested)", the int8[5] too, which no output takes: a real call leaves it alive.
+    # An input not named is not marked, and no label says "(donated)".
+    f = jax.jit(lambda a, b, c, d: (a + 1, c.astype(jnp.float32), b.reshape(3, 2) * 2, d.astype(jnp.float32)),
+                donate_argnums=(0, 1, 2, 3))
+    args = (jnp.ones((2, 3)), jnp.ones(6), jnp.ones(4, jnp.int32), jnp.ones(5, jnp.int8))
+    fig, ax = plt.subplots()
+    draw_matching(f, *args, ax=ax)
+    labels = [t.get_text() for t in ax.texts]
+    assert labels[:4] == ["a: float32[2,3]  (donation requested)", "b: float32[6]  (donation requested)",
+                          "c: int32[4]  (donation requested)", "d: int8[5]  (donation requested)"]
+    assert not any("(donated)" in label for label in labels)
+    plt.close(fig)
+    f(*args)
+    assert [a.is_deleted() for a in args] == [True, True, True, False]
+    fig, ax = plt.subplots()
+    draw_matching(jax.jit(lambda s, d: s + d, donate_argnums=0), jnp.ones(4), jnp.ones(4), ax=ax)
+    assert [t.get_text() for t in ax.texts][:2] == ["s: float32[4]  (donation requested)", "d: float32[4]"]
+    plt.close(fig)
+
+
 def test_matching_draws_where_xla_puts_the_buffer_not_the_pass_two_pairing():
     # Lesson 3 (l3-elsewhere): JAX pairs the float32[8] with int8[8] (same element count,
     # no warning), but XLA puts the float16[16] output (32 bytes, as many as the input) in

@@ -6,13 +6,15 @@ compiled programs (nothing is made up):
   crossed out when deleted (lesson 1: before and after donation);
 - `draw_peaks(results)`: the measured peak above the live arrays, one bar
   per loop, against one params array (lesson 1, from `compare_donation`);
-- `draw_matching(fn, *args)`: the donated inputs on the left, the outputs on
-  the right, and an arrow for every reuse the compiled program makes (its
-  `input_output_alias`), coloured by whether the output has the input's shape
-  and dtype or another shape or dtype of the same byte size (lesson 3). An
-  arrow is where XLA put the buffer, which need not be the output JAX's second
-  pass paired the input with (that pairing only decides the warning). It
-  lowers and compiles `fn` only: nothing runs or is donated.
+- `draw_matching(fn, *args)`: the inputs on the left, each marked "(donation
+  requested)" when it was asked for (an output need not take its buffer),
+  the outputs on the right, and an arrow for every reuse the compiled
+  program makes (its `input_output_alias`), coloured by whether the output
+  has the input's shape and dtype or another shape or dtype of the same
+  byte size (lesson 3). An arrow is where XLA put the buffer, which need not
+  be the output JAX's second pass paired the input with (that pairing only
+  decides the warning). It lowers and compiles `fn` only: nothing runs or
+  is donated.
 
 Every label lies inside its axes and every text inside its figure
 (tests/test_figure_text.py).
@@ -116,10 +118,11 @@ def draw_matching(fn, *args, ax=None, **kwargs):
     m = matching_pairs(fn, *args, **kwargs)
     rows = max(len(m["inputs"]), len(m["outputs"]))
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 0.6 * rows + 1))
+        _, ax = plt.subplots(figsize=(7, 0.6 * rows + 1))  # wide enough for "(donation requested)"
     y = lambda k: rows - k  # noqa: E731  (top to bottom)
     for k, (path, type_str, requested) in enumerate(m["inputs"]):
-        ax.text(0, y(k), f"{path}: {type_str}" + ("  (donated)" if requested else ""), ha="right", va="center",
+        mark = "  (donation requested)" if requested else ""  # requested, not necessarily reused
+        ax.text(0, y(k), f"{path}: {type_str}{mark}", ha="right", va="center",
                 fontsize=9, bbox=dict(boxstyle="round", facecolor="#e8f0fe" if requested else "white"))
     for k, (path, type_str) in enumerate(m["outputs"]):
         ax.text(1, y(k), f"{path}: {type_str}", ha="left", va="center", fontsize=9,
@@ -131,7 +134,7 @@ def draw_matching(fn, *args, ax=None, **kwargs):
                        Line2D([], [], color=PASS_COLOURS[2], linewidth=2,
                               label="reused: other shape or dtype, same bytes")],
               loc="upper center", bbox_to_anchor=(0.5, 0), fontsize=8, ncol=2, frameon=False)
-    ax.set_xlim(-1.2, 2.2)
+    ax.set_xlim(-2.0, 2.2)
     ax.set_ylim(0.3, rows + 0.7)
     ax.set_axis_off()
     ax.set_title("inputs (left) reused by outputs (right)", fontsize=10)
