@@ -86,6 +86,66 @@ def test_lowering_reads_the_weak_type_of_a_real_array_and_deletes_nothing():
     assert not x.is_deleted() and not g.is_deleted()
 
 
+def test_lowering_reads_whether_an_array_is_committed_never_its_data():
+    # Lesson 1 (l1-lower-md, l1-committed): a committed and an uncommitted array of equal
+    # shape, dtype, weak type and sharding lower differently; arrays that differ only in
+    # their data, even a deleted one, lower the same.
+    donating = jax.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
+    g = jnp.full(1000, 0.5)
+    program = lambda a: donating.lower(a, g).as_text()
+    loose = jnp.ones(1000)
+    pinned = jax.device_put(jnp.ones(1000), jax.devices()[0])
+    assert (loose.committed, pinned.committed) == (False, True)
+    assert loose.sharding == pinned.sharding
+    assert (loose.shape, loose.dtype, loose.weak_type) == (pinned.shape, pinned.dtype, pinned.weak_type)
+    assert program(loose) != program(pinned)
+    assert program(loose) == program(jnp.arange(1000.0))
+    assert program(pinned) == program(jax.device_put(jnp.zeros(1000), jax.devices()[0]))
+    gone = jnp.ones(1000)
+    donating(gone, g)
+    assert gone.is_deleted() and program(gone) == program(loose)
+
+
+def test_memory_analysis_shows_a_plan_that_the_call_can_decline():
+    # Lesson 1 (l1-ma-md, l1-decline): memory_analysis() plans to reuse the donated buffer;
+    # a plain array is reused, one with a live NumPy view is neither deleted nor reused,
+    # and once the view is gone the same call donates it.
+    g = jnp.ones(1019)
+    compiled = jax.jit(fresh_add(), donate_argnums=0).lower(jnp.ones(1019), g).compile()
+    assert compiled.memory_analysis().alias_size_in_bytes == 4 * 1019
+    plain = jnp.ones(1019)
+    before = plain.unsafe_buffer_pointer()
+    out = compiled(plain, g)
+    assert plain.is_deleted() and out.unsafe_buffer_pointer() == before
+    viewed = jnp.ones(1019)
+    view = np.asarray(viewed)
+    before = viewed.unsafe_buffer_pointer()
+    out, caught = call_recording_warnings(compiled, viewed, g)
+    assert not viewed.is_deleted() and out.unsafe_buffer_pointer() != before and caught == []
+    assert view.ctypes.data == before
+    del view
+    out = compiled(viewed, g)
+    assert viewed.is_deleted() and out.unsafe_buffer_pointer() == before
+
+
+def test_a_donated_array_in_numpy_memory_is_deleted_but_its_buffer_not_reused():
+    # Lesson 1 (l1-decline, l1-contract-md): normally the output lives in the donated
+    # buffer; an array that uses NumPy's memory (device_put of 64-byte aligned data, the
+    # lesson's recipe) is deleted and the output goes to a new buffer.
+    g = jnp.ones(1021)
+    compiled = jax.jit(fresh_add(), donate_argnums=0).lower(jnp.ones(1021), g).compile()
+    raw = np.ones(1021 + 16, dtype=np.float32)
+    host = raw[(-raw.ctypes.data % 64) // 4:][:1021]
+    for numpy_owned in (True, False):
+        arr = jax.device_put(host) if numpy_owned else jnp.array(host)
+        before = arr.unsafe_buffer_pointer()
+        assert (before == host.ctypes.data) is numpy_owned
+        out = compiled(arr, g)
+        assert arr.is_deleted()
+        assert (out.unsafe_buffer_pointer() == before) is (not numpy_owned)
+        np.testing.assert_array_equal(out, 2.0)
+    assert (host == 1.0).all()
+
 # ---- lesson 02 -----------------------------------------------------------
 
 def test_donated_input_is_deleted_and_output_reuses_its_buffer():
@@ -235,6 +295,77 @@ def test_kwargs_only_function_needs_argnames():
     jax.jit(lambda **kw: kw["s"] + 1, donate_argnames="s")(s=s)
     assert s.is_deleted()
 
+
+def test_a_jitted_function_with_a_side_effect_never_takes_the_fast_path(capfd):
+    """Lesson 2 (l2-read3, l2-effect): after live calls with the signature, a plain
+    jitted function raises ValueError on a donated input; one that prints with
+    jax.debug.print raises RuntimeError, however often it ran. A host callback
+    without a side effect (jax.pure_callback) takes the fast path like a plain one."""
+    gone = jnp.ones(37)
+    jax.jit(lambda a: a * 2, donate_argnums=0)(gone)
+    quiet = jax.jit(lambda a: a * 2)
+    loud = jax.jit(lambda a: (jax.debug.print("a[0] = {}", a[0]), a * 2)[1])
+    pure = jax.jit(lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a) * 2)
+    for _ in range(3):
+        quiet(jnp.ones(37)), loud(jnp.ones(37)), pure(jnp.ones(37))
+    jax.effects_barrier()
+    for fn in (quiet, pure):
+        with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
+            fn(gone)
+        assert not isinstance(info.value, RuntimeError)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[37\]\.") as info:
+            loud(gone)
+        assert type(info.value) is RuntimeError
+        loud(jnp.ones(37))
+        jax.effects_barrier()
+    assert "a[0] = 1.0" in capfd.readouterr().out
+
+
+def test_square_bracket_indexing_raises_runtime_error_at_get_and_take_take_the_fast_path(capfd):
+    """Lesson 2 (l2-read3, l2-index, l2-summary): after three live calls, x[0], x[1:]
+    and x[idx] on a donated array raise RuntimeError; x.at[0].get() and jnp.take raise
+    ValueError, like other jitted operations. float32[41] is used nowhere else."""
+    gone = jnp.ones(41)
+    jax.jit(lambda a: a * 2, donate_argnums=0)(gone)
+    idx = jnp.array([0, 2])
+    brackets = [lambda a: a[0], lambda a: a[1:], lambda a: a[idx]]
+    jitted = [lambda a: a.at[0].get(), lambda a: jnp.take(a, idx)]
+    for _ in range(3):
+        for read in brackets + jitted:
+            read(jnp.ones(41))
+    for read in brackets:
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[41\]\.") as info:
+            read(gone)
+        assert type(info.value) is RuntimeError
+    for read in jitted:
+        with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
+            read(gone)
+        assert not isinstance(info.value, RuntimeError)
+    capfd.readouterr()
+
+
+def test_explain_donation_reports_the_plan_which_the_call_can_decline():
+    """Lesson 2 (l2-explain-md, l2-plan): explain_donation reports the planned reuse
+    (the compiled input/output aliases) for a plain array, one with a live NumPy view
+    and one in NumPy's memory, and no reuse for an argument not donated; the call
+    reuses only the plain one's buffer."""
+    from donation_lab import explain_donation
+
+    update = jax.jit(fresh_add(), donate_argnums=0)
+    plain = jnp.ones(1031)
+    viewed = jnp.ones(1031)
+    view = np.asarray(viewed)
+    numpy_owned = jax.device_put(aligned_ones(1031))
+    expected = {"plain": (True, True), "viewed": (False, False), "numpy_owned": (True, False)}
+    for name, arr in [("plain", plain), ("viewed", viewed), ("numpy_owned", numpy_owned)]:
+        report = explain_donation(update, arr, jnp.ones(1031))
+        assert report.leaf("s").requested and report.leaf("s").reused, name
+        assert not report.leaf("d").requested and not report.leaf("d").reused, name
+        before = arr.unsafe_buffer_pointer()
+        out = update(arr, jnp.ones(1031))
+        assert (arr.is_deleted(), out.unsafe_buffer_pointer() == before) == expected[name], name
+    assert view.ctypes.data == viewed.unsafe_buffer_pointer()
 
 # ---- lesson 03 -----------------------------------------------------------
 
