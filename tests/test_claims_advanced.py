@@ -129,6 +129,29 @@ def test_copying_the_leaves_repairs_double_donation():
     assert out["b"].tolist() == [-0.5, -0.5, -0.5]
 
 
+@pytest.mark.parametrize("view", [True, False], ids=["view alive", "no view"])
+def test_explain_donation_plans_a_reuse_that_a_live_numpy_view_makes_the_call_decline(view):
+    # Lesson 4 (l4-explain-text, l4-plan): the report is the compiled program's plan;
+    # with a NumPy view of params['w'] alive it plans the reuse all the same, and the
+    # call, silently, donates every leaf but that one. Without the view, every leaf.
+    import numpy as np
+
+    from donation_lab import explain_donation
+
+    step = jax.jit(lambda params, x: (jax.tree.map(lambda p: p - x.mean(), params), x.sum()), donate_argnums=0)
+    params, x = {"w": jnp.ones(3), "b": jnp.ones(())}, jnp.ones(3)
+    kept_view = np.asarray(params["w"]) if view else None
+    report = explain_donation(step, params, x)
+    assert report.leaf("params['w']").status == "reuse its buffer for out[0]['w']"
+    assert report.leaf("params['b']").status == "reuse its buffer for out[0]['b']"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step(params, x)
+    assert caught == []
+    assert deleted_tree(params) == {"w": not view, "b": True}
+    del kept_view
+
+
 def test_lowered_args_info_marks_each_leaf_of_a_donated_tree():
     info = sgd_update.lower({"w": jnp.ones(3)}, {"w": jnp.ones(3)}).args_info
     (params_info, grads_info), _ = info
@@ -166,6 +189,26 @@ def test_debug_nans_is_read_when_jit_first_traces_the_signature_not_when_it_comp
         f(x)
     assert f._cache_size() == 1  # the call compiled, inside the mode
     assert x.is_deleted() is (prepare != "nothing")
+
+
+@pytest.mark.parametrize("inside", ["lower", "explain_donation", "nothing"])
+def test_lowering_or_explaining_inside_debug_nans_keeps_later_calls_from_donating(inside):
+    # Lesson 5 (l5-lowered-inside): .lower() or explain_donation inside the mode traces
+    # the signature without donation (the report finds none requested), and a call made
+    # after the mode is off does not donate; with nothing traced inside, the call donates.
+    from donation_lab import explain_donation
+
+    f = jax.jit(lambda x: 2.0 * x, donate_argnums=0)
+    with jax.debug_nans(True):
+        if inside == "lower":
+            f.lower(jnp.ones(4))
+        elif inside == "explain_donation":
+            report = explain_donation(f, jnp.ones(4))
+            assert report.leaf("x").requested is False and report.requested == []
+    assert jax.config.jax_debug_nans is False
+    x = jnp.ones(4)
+    f(x)
+    assert x.is_deleted() is (inside == "nothing")
 
 
 def test_config_update_debug_nans_also_disables_donation():
@@ -352,6 +395,15 @@ SHARDING_SCRIPT = textwrap.dedent("""
     out, w = call(g, a)
     res["mismatch"] = {"deleted": a.is_deleted(), "warnings": w}
 
+    # a plain, uncommitted array given to a jit whose in_shardings split it: resharded, not donated
+    from donation_lab import explain_donation
+    res["plain_to_split"] = {}
+    for name, a in (("plain", jnp.arange(16.0)), ("device_put_split", jax.device_put(jnp.arange(16.0), split))):
+        plan = explain_donation(f, a).leaf("v").status
+        out, w = call(f, a)
+        res["plain_to_split"][name] = {"committed": a.committed, "plan": plan, "deleted": a.is_deleted(),
+                                       "warnings": w, "spec": str(out.sharding.spec)}
+
     # different shardings, pieces of one size per device: (1, 8) in, (8, 1) out, on both kinds of mesh
     res["same_size_pieces"] = {}
     for kind, types in (("explicit", None), ("auto", (AxisType.Auto,))):
@@ -433,6 +485,19 @@ SHARDING_SCRIPT = textwrap.dedent("""
         res["pmap_explicit_split"] = "ran"
     except KeyError as err:
         res["pmap_explicit_split"] = repr(err)
+    # an array committed to device 0 is refused, with or without donation; an uncommitted one runs
+    res["pmap_committed"] = {}
+    for name, fn in (("donating", p_add), ("not_donating", jax.pmap(lambda s, d: s + d))):
+        for kind, state in (("uncommitted", jnp.ones((8, 4))),
+                            ("committed", jax.device_put(jnp.ones((8, 4)), jax.devices()[0])),
+                            ("committed_3", jax.device_put(jnp.ones((8, 4)), jax.devices()[3]))):
+            try:
+                fn(state, jnp.ones((8, 4)))
+                outcome = "ran"
+            except ValueError as err:
+                outcome = "ValueError: " + str(err)
+            res["pmap_committed"][f"{name} {kind}"] = {"committed": state.committed, "outcome": outcome,
+                                                       "deleted": state.is_deleted()}
     print("RESULT" + json.dumps(res))
 """)
 
@@ -540,6 +605,33 @@ def test_pmap_copies_a_plain_array_silently_and_donates_a_split_one(sharding_fac
     assert sharding_facts["pmap_explicit_split"] == "KeyError('x')"
 
 
+def test_pmap_refuses_an_array_committed_to_one_device_and_copies_an_uncommitted_one(sharding_facts):
+    # Lesson 6 (l6-pmap-text, l6-pmap-committed, summary): both on device 0 only; the
+    # uncommitted jnp.ones((8, 4)) runs (copied, not deleted), the one committed with
+    # device_put(x, jax.devices()[0]) raises ValueError, whether pmap donates or not
+    # (and so does one committed to device 3: "committed to one device").
+    runs = sharding_facts["pmap_committed"]
+    for name in ("donating", "not_donating"):
+        assert runs[f"{name} uncommitted"] == {"committed": False, "outcome": "ran", "deleted": False}, name
+        for kind in ("committed", "committed_3"):
+            committed = runs[f"{name} {kind}"]
+            assert committed["committed"] is True and committed["deleted"] is False, (name, kind)
+            assert committed["outcome"].startswith("ValueError: Sharding passed to jit does not match "
+                                                   "the sharding on the respective arg. Got"), (name, kind)
+
+
+def test_a_plain_array_given_to_a_splitting_jit_is_copied_silently_and_a_split_one_is_donated(sharding_facts):
+    # Lesson 6 (l6-plain-split, objectives, summary): in_shardings=out_shardings=split.
+    # The compiled program plans the reuse for both (explain_donation); the plain,
+    # uncommitted array is resharded into a copy, which is donated: not deleted, no
+    # warning. The same array device_put to `split` first is donated.
+    plain, placed = sharding_facts["plain_to_split"]["plain"], sharding_facts["plain_to_split"]["device_put_split"]
+    assert plain == {"committed": False, "plan": "reuse its buffer for out", "deleted": False, "warnings": [],
+                     "spec": "P('x',)"}
+    assert placed == {"committed": True, "plan": "reuse its buffer for out", "deleted": True, "warnings": [],
+                      "spec": "P('x',)"}
+
+
 def test_shard_layout_helpers_describe_and_grid(sharding_facts):
     # The helpers lesson 06 uses to draw layouts (rich is not installed, so
     # jax.debug.visualize_array_sharding is not available).
@@ -567,3 +659,41 @@ def test_shard_layout_helpers_describe_and_grid(sharding_facts):
     assert lines[1] == "  device 0: [0:2]  (2 elements)"
     assert lines[2] == str([[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5], [6, 6, 7, 7]])
     assert lines[3] == "rich-missing", "rich is installed now: lesson 06 could use visualize_array_sharding"
+
+
+# ---------------------------------------------------------------- lesson 07
+
+def test_validate_runs_nothing_and_lists_only_the_cells_whose_type_changed(tmp_path):
+    # Lesson 7 (ex-checks-text): on the learner's copy, solved, nbgrader's Validate runs
+    # the notebook and lists nothing; with the capstone's answer cell turned into
+    # Markdown it runs nothing (the exercise's answer, which writes a file, does not
+    # run) and lists only that cell. Only the learner's copy records each cell's type
+    # (nbgrader's cell_type), so the solved notebook is the learner's copy answered.
+    import nbformat
+    from nbgrader.validator import Validator
+
+    from helpers import answered_copy
+
+    name = "07_update_with_donate.ipynb"
+    for changed in (False, True):
+        folder = tmp_path / ("type changed" if changed else "as saved")
+        marker = folder / "ran.txt"
+        nb = nbformat.read(answered_copy(name, folder / name), as_version=4)
+        answers = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+                   if c.metadata.get("nbgrader", {}).get("solution")}
+        assert set(answers) == {"ex-answer", "cap-answer"}
+        answers["ex-answer"].source += f"\nopen({str(marker)!r}, 'w').close()\n"
+        if changed:
+            index = nb.cells.index(answers["cap-answer"])
+            markdown = nbformat.v4.new_markdown_cell(answers["cap-answer"].source)
+            markdown.id, markdown.metadata = answers["cap-answer"].id, answers["cap-answer"].metadata
+            nb.cells[index] = markdown
+        nbformat.write(nb, folder / name)
+        result = Validator().validate(str(folder / name))
+        if changed:
+            assert list(result) == ["type_changed"] and len(result["type_changed"]) == 1, result
+            assert result["type_changed"][0]["source"] == answers["cap-answer"].source.strip()
+            assert not marker.exists(), "Validate ran the notebook although a cell's type changed"
+        else:
+            assert result == {}, result
+            assert marker.exists(), "Validate did not run the notebook"

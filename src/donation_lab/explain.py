@@ -1,15 +1,25 @@
-"""Explain what a jitted function will do with each argument it may donate.
+"""Explain what a jitted function's compiled program plans for each argument it may donate.
 
 `explain_donation(fn, *args, **kwargs)` lowers and compiles `fn` for these
 arguments (it never runs it, so nothing is donated or deleted) and reports,
 for every array leaf of every argument:
 
 - whether donation was *requested* (`lowered.args_info[...].donated`),
-- whether the compiled program really *reuses* the buffer for an output
-  (read from the compiled HLO's `input_output_alias`, which is what XLA
-  acts on), and for which output,
-- how many bytes that saves, and
+- whether the compiled program *plans* to reuse the buffer for an output
+  (read from the compiled HLO's `input_output_alias`), and for which output,
+- how many bytes that plan reuses per call: on each device, the bytes of the
+  piece that device holds (the whole array when it is replicated), and
 - the warnings JAX raised while lowering and compiling.
+
+The report is the compiled program's plan, not what a call does. A call can
+decline the planned reuse without a warning and write the output into a new
+buffer: on the CPU, while a NumPy view of the array is alive (the array is
+then not deleted), or when the array's memory belongs to NumPy (what
+`jax.device_put` makes of a C-contiguous NumPy array in a dtype JAX keeps,
+whose data starts at a multiple of 64 bytes: the array is deleted all the
+same). An argument the call must first copy to the program's devices or
+layout hands the program only that copy, and the caller's array is not
+deleted.
 
 JAX warns about unusable donations once per compilation: if `fn` was already
 lowered for these shapes, the warning is not raised again, so `unusable`
@@ -35,21 +45,45 @@ _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}:\s*\((\d+),\s*\{[\d,\s]*\},\s*([\w-]+
 
 
 
-def kept_leaves(compiled, n_leaves: int) -> list:
-    """Indices of the argument leaves the compiled program kept. jit drops
-    arguments the function never uses (keep_unused=False), and HLO parameter
-    k is the k-th kept leaf. Read from the public `compiled.input_shardings`,
-    which holds None for a dropped leaf (jax 0.10.2); when that is not
-    available, every leaf counts as kept."""
+def input_shardings(compiled, n_leaves: int) -> list | None:
+    """The compiled program's sharding of each argument leaf, from the public
+    `compiled.input_shardings`, with None for a leaf jit dropped (jax
+    0.10.2); None when that is not available for every leaf."""
     import jax
 
     try:
         shardings = jax.tree_util.tree_flatten(compiled.input_shardings, is_leaf=lambda x: x is None)[0]
     except Exception:
-        shardings = None
-    if shardings is None or len(shardings) != n_leaves:
+        return None
+    return shardings if len(shardings) == n_leaves else None
+
+
+def kept_leaves(compiled, n_leaves: int) -> list:
+    """Indices of the argument leaves the compiled program kept. jit drops
+    arguments the function never uses (keep_unused=False), and HLO parameter
+    k is the k-th kept leaf. Read from `input_shardings`, None for a dropped
+    leaf; when that is not available, every leaf counts as kept."""
+    shardings = input_shardings(compiled, n_leaves)
+    if shardings is None:
         return list(range(n_leaves))
     return [index for index, sharding in enumerate(shardings) if sharding is not None]
+
+
+def _bytes_per_device(sharding, shape: tuple, itemsize: int) -> tuple:
+    """((device id, bytes of the piece that device holds), ...) in device id
+    order: a split array gives each device its piece, a replicated one the
+    whole array. ((None, whole size),) when the sharding is unknown."""
+    whole = int(math.prod(shape)) * itemsize
+    if sharding is None:
+        return ((None, whole),)
+    try:
+        pieces = sharding.devices_indices_map(tuple(shape))
+    except Exception:
+        return ((None, whole),)
+    return tuple(sorted(
+        (device.id, itemsize * int(math.prod(len(range(*s.indices(n))) for s, n in zip(index, shape, strict=True))))
+        for device, index in pieces.items()))
+
 
 def parse_input_output_alias(hlo_text: str) -> dict:
     """Map HLO output index (tuple of ints, () for a lone output) to the HLO
@@ -80,9 +114,13 @@ class LeafDonation:
     dtype: str
     nbytes: int
     requested: bool        # donation asked for (donate_argnums / donate_argnames)
-    reused: bool           # the compiled program writes an output into this buffer
+    reused: bool           # the compiled program plans to write an output into this buffer
     pruned: bool           # the function never uses it, so jit dropped it
-    output: str | None     # which output reuses it, e.g. "out[0]"
+    output: str | None     # which output is planned to reuse it, e.g. "out[0]"
+    # (device id, bytes of the piece that device holds), one per device of the
+    # program; ((None, nbytes),) when the compiled program's shardings are
+    # unknown, () for a pruned leaf
+    bytes_per_device: tuple = ()
 
     @property
     def type_str(self) -> str:
@@ -93,14 +131,15 @@ class LeafDonation:
         if not self.requested:
             return "not donated"
         if self.reused:
-            return f"reused by {self.output}" if self.output else "reused"
+            return f"reuse its buffer for {self.output}" if self.output else "reuse its buffer"
         if self.pruned:
             return "unused argument: pruned, not donated"
-        return "NOT usable: no output took its buffer"  # none that fits, or one of another byte size
+        return "NOT usable: no output takes its buffer"  # none that fits, or one of another byte size
 
     @property
     def bytes_saved(self) -> int:
-        return self.nbytes if self.reused else 0
+        """Bytes the compiled program plans to reuse per call, summed over its devices."""
+        return sum(nbytes for _, nbytes in self.bytes_per_device) if self.reused else 0
 
 
 @dataclass
@@ -126,7 +165,19 @@ class DonationReport:
 
     @property
     def bytes_saved(self) -> int:
+        """Bytes the compiled program plans to reuse per call, summed over its devices."""
         return sum(leaf.bytes_saved for leaf in self.leaves)
+
+    @property
+    def bytes_saved_per_device(self) -> dict:
+        """Device id -> bytes the compiled program plans to reuse there per call
+        (what `compiled.memory_analysis().alias_size_in_bytes` counts). Every
+        device of the program is a key, with 0 where nothing is reused."""
+        per_device = {}
+        for leaf in self.leaves:
+            for device, nbytes in leaf.bytes_per_device:
+                per_device[device] = per_device.get(device, 0) + (nbytes if leaf.reused else 0)
+        return per_device
 
     def leaf(self, path: str) -> LeafDonation:
         for leaf in self.leaves:
@@ -135,14 +186,23 @@ class DonationReport:
         raise KeyError(f"no argument leaf {path!r}; leaves are {[leaf.path for leaf in self.leaves]}")
 
     def summary(self) -> str:
-        parts = [f"{len(self.reused)} of {len(self.requested)} donated leaves reused, "
-                 f"{_human(self.bytes_saved)} saved per call"]
+        per_device = self.bytes_saved_per_device
+        amounts = set(per_device.values())
+        if len(per_device) <= 1 or self.bytes_saved == 0:
+            size = f"{_human(self.bytes_saved)} per call"
+        elif len(amounts) == 1:
+            size = (f"{_human(amounts.pop())} per call on each of {len(per_device)} devices "
+                    f"({_human(self.bytes_saved)} in all)")
+        else:
+            size = (f"{_human(self.bytes_saved)} per call over {len(per_device)} devices "
+                    f"({_human(min(amounts))} to {_human(max(amounts))} per device)")
+        parts = [f"{len(self.reused)} of {len(self.requested)} donated leaves planned for reuse, {size}"]
         if self.unusable:
             parts.append("not usable: " + ", ".join(leaf.path for leaf in self.unusable))
         return "; ".join(parts)
 
     def __str__(self) -> str:
-        rows = [("argument", "type", "bytes", "donate?", "what the compiled function does")]
+        rows = [("argument", "type", "bytes", "donate?", "what the compiled program plans")]
         for leaf in self.leaves:
             rows.append((leaf.path, leaf.type_str, _human(leaf.nbytes),
                          "yes" if leaf.requested else "no", leaf.status))
@@ -161,7 +221,7 @@ class DonationReport:
     def _repr_html_(self) -> str:
         esc = html.escape
         head = "".join(f"<th>{h}</th>" for h in
-                       ("argument", "type", "bytes", "donate?", "what the compiled function does"))
+                       ("argument", "type", "bytes", "donate?", "what the compiled program plans"))
         body = []
         for leaf in self.leaves:
             colour = ("#e6f4ea" if leaf.reused else
@@ -206,7 +266,8 @@ def _leaf_path(path, positional_names) -> str:
 def explain_donation(fn, *args, **kwargs) -> DonationReport:
     """Lower and compile the jitted `fn` for these arguments and report, per
     argument leaf, whether donation was requested and whether the compiled
-    program really reuses the buffer. Does not call `fn`: no array is donated."""
+    program plans to reuse the buffer (a call can still decline the reuse:
+    see the module's docstring). Does not call `fn`: no array is donated."""
     import jax
 
     if not hasattr(fn, "lower"):
@@ -225,6 +286,7 @@ def explain_donation(fn, *args, **kwargs) -> DonationReport:
     # jit drops arguments the function never uses (keep_unused=False); HLO
     # parameter k is the k-th kept leaf.
     kept = kept_leaves(compiled, n_leaves)
+    shardings = input_shardings(compiled, n_leaves) or [None] * n_leaves
     param_to_leaf = dict(enumerate(kept))
 
     try:
@@ -259,6 +321,8 @@ def explain_donation(fn, *args, **kwargs) -> DonationReport:
             reused=index in aliased_by,
             pruned=index not in kept,
             output=aliased_by.get(index),
+            bytes_per_device=(() if index not in kept else   # the program never receives a pruned leaf
+                              _bytes_per_device(shardings[index], shape, dtype.itemsize)),
         ))
 
     alias_bytes = None
