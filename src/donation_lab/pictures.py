@@ -111,7 +111,7 @@ def matching_pairs(fn, *args, **kwargs) -> dict:
 
 
 def draw_matching(fn, *args, ax=None, **kwargs):
-    """Draw the reuses of the compiled `fn`, input to output; returns the pairs."""
+    """Draw the reuses the compiled `fn` plans, input to output (explain_donation's plan); returns the pairs."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -137,5 +137,5 @@ def draw_matching(fn, *args, ax=None, **kwargs):
     ax.set_xlim(-2.0, 2.2)
     ax.set_ylim(0.3, rows + 0.7)
     ax.set_axis_off()
-    ax.set_title("inputs (left) reused by outputs (right)", fontsize=10)
+    ax.set_title("the compiled plan: inputs (left) reused by outputs (right)", fontsize=10)
     return m["pairs"]
