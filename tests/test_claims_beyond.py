@@ -570,10 +570,11 @@ def test_the_fast_path_is_per_signature_weak_type_and_commitment_included(first_
 
 
 @pytest.mark.parametrize("callback", [True, False])
-def test_a_host_callback_never_takes_the_fast_path(callback, capfd):
-    """Lesson 3 (l3-signature): `shout` (jax.debug.print) ran live three times and
-    still raises RuntimeError on a donated array of that signature; the same function
-    without the callback raises ValueError."""
+def test_a_side_effect_keeps_a_function_off_the_fast_path(callback, capfd):
+    """Lesson 3 (l3-ref3, l3-signature): `shout` (jax.debug.print, a side effect) ran
+    live three times and still raises RuntimeError on a donated array of that
+    signature; the same function without the print raises ValueError. (A callback
+    without a side effect, jax.pure_callback, takes the fast path: test_claims_basics.)"""
     def body(v):
         if callback:
             jax.debug.print("shout: {}", v[0])
