@@ -2,6 +2,7 @@
 case on both sides, asserted on the pinned JAX (0.10.2). If an upgrade changes
 one, this file fails and names the lesson cell to rewrite."""
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -641,18 +642,24 @@ EIGHT_DEVICE_LIMITS = """
             out = fn(*args)
         return out, [str(w.message).splitlines()[0] for w in caught]
 
-    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
     res = {"devices": len(jax.devices())}
-    for layout, spec in (("split", P("x")), ("replicated", P())):
-        sharding = NamedSharding(mesh, spec)
-        step = jax.jit(lambda s, d: s + d, donate_argnums=0, out_shardings=sharding)
-        for reader in ("asarray", "device_get"):
-            x = jax.device_put(jnp.arange(16.0), sharding)
-            host = np.asarray(x) if reader == "asarray" else jax.device_get(x)
-            shares = host.ctypes.data in {s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
-            _, messages = record(step, x, jax.device_put(jnp.ones(16), sharding))
-            res[f"{layout} {reader}"] = [shares, x.is_deleted(), messages, host[:3].tolist()]
+    for axis_type in (AxisType.Explicit, AxisType.Auto):
+        mesh = jax.make_mesh((8,), ("x",), axis_types=(axis_type,))
+        for layout, spec in (("split", P("x")), ("replicated", P())):
+            sharding = NamedSharding(mesh, spec)
+            step = jax.jit(lambda s, d: s + d, donate_argnums=0, out_shardings=sharding)
+            for reader in ("asarray", "device_get"):
+                x = jax.device_put(jnp.arange(16.0), sharding)
+                buffers = [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]  # one per device
+                host = np.asarray(x) if reader == "asarray" else jax.device_get(x)
+                read = [host.ctypes.data == b for b in buffers]       # which device's buffer host reads
+                out, messages = record(step, x, jax.device_put(jnp.ones(16), sharding))
+                kept = [False] * 8 if x.is_deleted() else [not s.data.is_deleted() for s in x.addressable_shards]
+                reused = [s.data.unsafe_buffer_pointer() == b for s, b in zip(out.addressable_shards, buffers)]
+                res[f"{axis_type.name} {layout} {reader}"] = [x.is_deleted(), read, kept, reused, messages,
+                                                               host[:3].tolist()]
 
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
     split = NamedSharding(mesh, P("x"))
     for name, fn, options, one_device in (
             ("half, no out_shardings", lambda v: v[:8] * 2, {}, False),
@@ -668,9 +675,12 @@ EIGHT_DEVICE_LIMITS = """
 
 def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
     """Lesson 3's view and warning rules are one-device rules (l3-view, l3-unusable-md).
-    On 8 devices: np.asarray and jax.device_get of a split array assemble a copy, which
-    blocks nothing (the array is donated while it lives); of a replicated array they read
-    a device's buffer and block donation, silently, as on one device. An Auto-mesh jit
+    On 8 devices, on an Explicit or an Auto mesh: np.asarray and jax.device_get of a split
+    array assemble a copy, which blocks nothing (the array is donated while it lives, each
+    piece reused). Of a replicated array they return a view of device 0's copy: only that
+    copy is kept; the other seven are donated and reused, silently, and x.is_deleted() still
+    says False (what that half-donated array does next:
+    test_a_jitted_operation_on_a_half_donated_replicated_array_crashes_the_process). An Auto-mesh jit
     given no out_shardings never warns, whether the donation is used or not; given
     out_shardings, or on one device, the same function warns."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
@@ -679,10 +689,203 @@ def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT"):])
     assert res["devices"] == 8
-    for reader in ("asarray", "device_get"):
-        assert res[f"split {reader}"] == [False, True, [], [0.0, 1.0, 2.0]]        # a copy: donated anyway
-        assert res[f"replicated {reader}"] == [True, False, [], [0.0, 1.0, 2.0]]   # a view: blocks, silently
+    first, others = [True] + [False] * 7, [False] + [True] * 7
+    for axis_type in ("Explicit", "Auto"):
+        for reader in ("asarray", "device_get"):
+            # split: a copy, which reads no device's buffer; x is donated, every piece reused
+            assert res[f"{axis_type} split {reader}"] == [True, [False] * 8, [False] * 8, [True] * 8, [],
+                                                           [0.0, 1.0, 2.0]]
+            # replicated: a view of device 0's copy, which alone is kept; the 7 others are donated,
+            # silently, and x.is_deleted() says False
+            assert res[f"{axis_type} replicated {reader}"] == [False, first, first, others, [],
+                                                                [0.0, 1.0, 2.0]]
     assert res["half, no out_shardings"] == [False, []]
     assert res["double, no out_shardings"] == [True, []]
     assert res["half, out_shardings"] == [False, [f"{NOT_USABLE}: float32[2]."]]   # per-device piece
     assert res["half, one device"] == [False, [f"{NOT_USABLE}: float32[16]."]]
+
+
+# ---- lesson 3: what a signature is, for the fast path and for the warning; what the warning's text names
+# ---- (l3-ref3-md, l3-signature2, l3-once, l3-once-lower, l3-once2, l3-strict-md, l3-summary); a view of a
+# ---- replicated array: test_where_lesson_3s_one_device_rules_stop_on_eight_devices above and the last test ----
+
+def positional(f, x):
+    return f(x)
+
+
+def keyword(f, x):
+    return f(v=x)
+
+
+FAST_PATH_SIGNATURES = {
+    # name: (the jitted function, its first call (on a live array), the call on a deleted array, raises)
+    "positional after positional": (lambda v: v + 1, {}, positional, positional, ValueError),
+    "keyword after positional": (lambda v: v + 1, {}, positional, keyword, RuntimeError),
+    "keyword after keyword": (lambda v: v + 1, {}, keyword, keyword, ValueError),
+    "positional after keyword": (lambda v: v + 1, {}, keyword, positional, RuntimeError),
+    "the same static value": (lambda v, n: v * n, dict(static_argnums=1),
+                              lambda f, x: f(x, 2), lambda f, x: f(x, 2), ValueError),
+    "a new static value": (lambda v, n: v * n, dict(static_argnums=1),
+                           lambda f, x: f(x, 2), lambda f, x: f(x, 3), RuntimeError),
+    "a tuple after a tuple": (lambda t: t[0] + 1, {}, lambda f, x: f((x,)), lambda f, x: f((x,)), ValueError),
+    "a list after a tuple": (lambda t: t[0] + 1, {}, lambda f, x: f((x,)), lambda f, x: f([x]), RuntimeError),
+    "a list after a list": (lambda t: t[0] + 1, {}, lambda f, x: f([x]), lambda f, x: f([x]), ValueError),
+}
+
+
+@pytest.mark.parametrize("name", FAST_PATH_SIGNATURES)
+def test_keywords_static_values_and_containers_are_part_of_the_fast_path_signature(name):
+    """Lesson 3 (l3-ref3-md, l3-signature2): arrays of the same shape, dtype, weak type and
+    commitment (here all plain float32[47]) take the fast path (ValueError) only when the
+    first live call also passed them the same way: by position or by keyword, with the
+    same static values, in the same kind of container. Otherwise the call goes through
+    Python: RuntimeError. A fresh function per case."""
+    body, options, first_call, call, raises = FAST_PATH_SIGNATURES[name]
+    fn = jax.jit(body, **options)
+    live = jnp.ones(47)
+    first_call(fn, live)
+    gone = deleted_by_donation(jnp.ones(47))
+    assert (gone.shape, gone.dtype, gone.weak_type, gone.committed) == (live.shape, live.dtype, False, False)
+    assert not live.weak_type and not live.committed
+    with pytest.raises(raises) as info:
+        call(fn, gone)
+    assert isinstance(info.value, RuntimeError) is (raises is RuntimeError)
+
+
+def donating_add(**options):
+    return jax.jit(lambda a, b: a + b, donate_argnums=0, **options)
+
+
+LOWERING_SIGNATURES = {
+    # name: (the donating function, the second call; the first call passes plain arrays by position)
+    "the same signature": (donating_add, lambda f, a, b: f(a, b), None),
+    "committed": (donating_add, lambda f, a, b: f(committed(a), b), "float32[1,19]"),
+    "weak-typed": (donating_add, lambda f, a, b: f(jnp.full((1, 19), 0.5), b), "~float32[1,19]"),
+    "by keyword": (donating_add, lambda f, a, b: f(a=a, b=b), "float32[1,19]"),
+}
+
+
+@pytest.mark.parametrize("name", LOWERING_SIGNATURES)
+def test_the_same_shapes_in_another_signature_are_lowered_again_and_warn_again(name):
+    """Lesson 3 (l3-once): the warning comes once per lowering of a function and signature.
+    The second call with the same signature is silent; with the same shapes but committed,
+    weak-typed (the text marks it with `~`) or by keyword it warns again, and the input
+    stays alive."""
+    make, second_call, text = LOWERING_SIGNATURES[name]
+    fn = make()
+    a = jnp.ones((1, 19))
+    _, first = record(fn, a, jnp.ones((2, 19)))
+    assert [m.splitlines()[0] for m in first] == [f"{NOT_USABLE}: float32[1,19]."] and not a.is_deleted()
+    a = jnp.ones((1, 19))
+    _, second = record(second_call, fn, a, jnp.ones((2, 19)))
+    assert [m.splitlines()[0] for m in second] == ([] if text is None else [f"{NOT_USABLE}: {text}."])
+    assert not a.is_deleted()
+
+
+@pytest.mark.parametrize("second", [2, 3])
+def test_a_new_static_value_is_lowered_again_and_warns_again(second):
+    """Lesson 3 (l3-once): static values are part of the signature that is lowered."""
+    fn = jax.jit(lambda a, b, n: a * n + b, donate_argnums=0, static_argnums=2)
+    _, first = record(fn, jnp.ones((1, 19)), jnp.ones((2, 19)), 2)
+    _, again = record(fn, jnp.ones((1, 19)), jnp.ones((2, 19)), second)
+    assert [m.splitlines()[0] for m in first] == [f"{NOT_USABLE}: float32[1,19]."]
+    assert [m.splitlines()[0] for m in again] == ([] if second == 2 else [f"{NOT_USABLE}: float32[1,19]."])
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_a_new_container_is_lowered_again_and_warns_again(container):
+    """Lesson 3 (l3-once): a list where the first call had a tuple is another signature."""
+    fn = jax.jit(lambda pair: pair[0] + pair[1], donate_argnums=0)
+    _, first = record(fn, (jnp.ones((1, 19)), jnp.ones((2, 19))))
+    _, again = record(fn, container((jnp.ones((1, 19)), jnp.ones((2, 19)))))
+    assert [m.splitlines()[0] for m in first] == [f"{NOT_USABLE}: float32[1,19]."]
+    assert [m.splitlines()[0] for m in again] == ([] if container is tuple else [f"{NOT_USABLE}: float32[1,19]."])
+
+
+class LogRecords(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, log_record):
+        self.messages.append(log_record.getMessage())
+
+
+def test_the_warning_comes_once_per_lowering_not_once_per_compilation():
+    """Lesson 3 (l3-once-lower, l3-strict-md, summary): `.lower()` warns and compiles
+    nothing (no "Finished XLA compilation" in JAX's compile log); compiling that
+    lowering, and then a call with the same signature, add no warning. The other side: a
+    function first compiled by `.lower().compile()` warns there, once."""
+    a, b = jnp.ones((1, 21)), jnp.ones((2, 21))
+    log = LogRecords()
+    logging.getLogger("jax").addHandler(log)
+    try:
+        with jax.log_compiles(True):
+            fn = jax.jit(lambda a, b: a + b, donate_argnums=0)
+            _, lowered = record(fn.lower, a, b)
+            compiled_at_lower = any("Finished XLA compilation" in m for m in log.messages)
+            _, compiled = record(lambda: fn.lower(a, b).compile())
+            compiled_after = any("Finished XLA compilation" in m for m in log.messages)
+            _, called = record(fn, a, b)
+            other = jax.jit(lambda a, b: a + b, donate_argnums=0)
+            _, other_first = record(lambda: other.lower(a, b).compile())
+            _, other_again = record(lambda: other.lower(a, b).compile())
+    finally:
+        logging.getLogger("jax").removeHandler(log)
+    expected = [f"{NOT_USABLE}: float32[1,21]."]
+    assert [m.splitlines()[0] for m in lowered] == expected and not compiled_at_lower
+    assert compiled == [] and compiled_after
+    assert called == [] and not a.is_deleted()
+    assert [m.splitlines()[0] for m in other_first] == expected and other_again == []
+
+
+def test_the_text_names_the_donated_types_not_the_function():
+    """Lesson 3 (l3-once2, summary): under Python's default filters a second function with
+    the same donated types prints nothing, but the same shapes with another dtype, or
+    weak-typed (`~float32`), make another text, which is shown."""
+    spec = lambda dtype: (jax.ShapeDtypeStruct((1, 23), dtype), jax.ShapeDtypeStruct((2, 23), dtype))  # noqa: E731
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        jax.jit(lambda a, b: a + b, donate_argnums=0).lower(*spec(jnp.float32))
+        jax.jit(lambda a, b: a * b, donate_argnums=0).lower(*spec(jnp.float32))   # same types: not shown
+        jax.jit(lambda a, b: a / b, donate_argnums=0).lower(*spec(jnp.int32))     # another dtype: shown
+        jax.jit(lambda a, b: a - b, donate_argnums=0).lower(jnp.full((1, 23), 0.5), jnp.ones((2, 23)))
+    texts = [str(w.message).splitlines()[0] for w in caught]
+    assert texts == [f"{NOT_USABLE}: {t}[1,23]." for t in ("float32", "int32", "~float32")]
+
+
+HALF_DONATED = """
+    import sys
+    import numpy as np, jax, jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    replicated = NamedSharding(mesh, P())
+    step = jax.jit(lambda s, d: s + d, donate_argnums=0, out_shardings=replicated)
+    x = jax.device_put(jnp.arange(16.0), replicated)
+    host = np.asarray(x) if sys.argv[1] == "view" else None
+    step(x, jax.device_put(jnp.ones(16), replicated))
+    del host
+    print("DELETED", x.is_deleted(), flush=True)
+    try:
+        x + 1
+        print("RESULT ran", flush=True)
+    except RuntimeError as err:
+        print("RESULT", type(err).__name__, flush=True)
+"""
+
+
+@pytest.mark.parametrize("view", [True, False])
+def test_a_jitted_operation_on_a_half_donated_replicated_array_crashes_the_process(view):
+    """Lesson 3 (l3-view-md, summary): donated while a NumPy view of one device's copy was
+    alive, a replicated array keeps that copy and loses the seven others; is_deleted() says
+    False, and `x + 1` then kills the Python process (a signal, not an exception). The other
+    side: donated with no view, the array is deleted and `x + 1` raises RuntimeError."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(HALF_DONATED), "view" if view else "none"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("DELETED", "RESULT"))]
+    if view:
+        assert proc.returncode < 0 and lines == ["DELETED False"], (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    else:
+        assert proc.returncode == 0 and lines == ["DELETED True", "RESULT RuntimeError"], proc.stderr[-2000:]
