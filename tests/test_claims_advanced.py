@@ -152,6 +152,51 @@ def test_explain_donation_plans_a_reuse_that_a_live_numpy_view_makes_the_call_de
     del kept_view
 
 
+LESSON_4 = "04_pytrees.ipynb"
+
+
+def lesson_cells(lesson: str, *ids: str) -> str:
+    """The source of the given cells of a source lesson, in the order asked."""
+    import nbformat
+
+    from donation_course.course import COURSE
+
+    found = {c.get("id"): c.source for c in nbformat.read(COURSE.source / lesson, as_version=4).cells}
+    missing = [i for i in ids if i not in found]
+    assert not missing, f"{lesson} has no cell {missing}: update this test"
+    return "\n\n".join(found[i] for i in ids)
+
+
+def run_q2_check(namespace) -> str:
+    """Lesson 4's exercise 4.2 check cell, run as written in `namespace`: '' when it passes, else its message."""
+    from donation_lab.checks import CheckFailed
+
+    try:
+        exec(compile(lesson_cells(LESSON_4, "l4-q2-check"), "l4-q2-check", "exec"), namespace)
+    except CheckFailed as failed:
+        return str(failed)
+    return ""
+
+
+@pytest.mark.parametrize("answer", ["copies only", "also calls apply_grads"])
+def test_the_already_donated_message_of_exercise_4_2_names_both_causes(answer):
+    # Lesson 4 (l4-q2-check): the check donates untied_params, so a second run of the cell
+    # finds its leaves deleted; so does the first run when the answer cell donated them
+    # itself. An answer that only copies passes on the first run; its second run, and the
+    # first run after an answer that calls apply_grads, fail with a message naming both causes.
+    namespace = {}
+    exec(compile(lesson_cells(LESSON_4, "l4-setup", "l4-shared-setup"), LESSON_4, "exec"), namespace)
+    exec("untied_params = jax.tree.map(lambda a: a.copy(), tied_params)", namespace)
+    if answer == "also calls apply_grads":
+        exec("apply_grads(untied_params, grads)", namespace)
+    first, second = run_q2_check(namespace), run_q2_check(namespace)
+    message = ("untied_params: its arrays were already donated, by an earlier run of this check cell or by a "
+               "donating call of your own.\nHint: run your answer cell again, without passing untied_params to "
+               "apply_grads (or another donating function) there, then this check.")
+    assert first == ("" if answer == "copies only" else message)
+    assert second == message
+
+
 def test_lowered_args_info_marks_each_leaf_of_a_donated_tree():
     info = sgd_update.lower({"w": jnp.ones(3)}, {"w": jnp.ones(3)}).args_info
     (params_info, grads_info), _ = info
@@ -258,6 +303,35 @@ def test_weak_type_is_part_of_the_signature_debug_nans_is_cached_for():
     f(strong)
     f(weak)
     assert not strong.is_deleted() and weak.is_deleted()
+
+
+def test_debug_nans_signature_holds_static_values_pytree_and_keywords_but_not_committedness():
+    # Lesson 5 (l5-signature, l5-summary): traced under debug_nans with a float32[4] and the
+    # static factor 2.0, both by position. With the mode off, the same call and the same call
+    # on an array committed to device 0 are not traced again and do not donate; another
+    # dtype, weak type, pytree structure, static value, or the call made by keyword is
+    # traced again and donates.
+    scaled = jax.jit(lambda x, factor: jax.tree.map(lambda leaf: factor * leaf, x),
+                     static_argnums=1, donate_argnums=0)
+    with jax.debug_nans(True):
+        scaled(jnp.ones(4), 2.0)
+    committed = jax.device_put(jnp.ones(4), jax.devices()[0])
+    assert committed.committed and not jnp.ones(4).committed and jnp.full(4, 1.0).weak_type
+    cases = {
+        "same": (jnp.ones(4), lambda x: scaled(x, 2.0)),
+        "committed": (committed, lambda x: scaled(x, 2.0)),
+        "dtype": (jnp.ones(4, jnp.float16), lambda x: scaled(x, 2.0)),
+        "weak type": (jnp.full(4, 1.0), lambda x: scaled(x, 2.0)),
+        "pytree": ([jnp.ones(4)], lambda x: scaled(x, 2.0)),
+        "static value": (jnp.ones(4), lambda x: scaled(x, 3.0)),
+        "keyword": (jnp.ones(4), lambda x: scaled(x=x, factor=2.0)),
+    }
+    deleted = {}
+    for name, (x, call) in cases.items():
+        call(x)
+        deleted[name] = jax.tree.leaves(x)[0].is_deleted()
+    assert deleted == {"same": False, "committed": False, "dtype": True, "weak type": True, "pytree": True,
+                       "static value": True, "keyword": True}
 
 
 def test_jax_clear_caches_restores_donation_for_every_jitted_function_at_once():
@@ -394,6 +468,29 @@ SHARDING_SCRIPT = textwrap.dedent("""
     a = jax.device_put(jnp.arange(16.0), split)
     out, w = call(g, a)
     res["mismatch"] = {"deleted": a.is_deleted(), "warnings": w}
+
+    # an array on other devices: copied when laid out like the program's input, refused when committed otherwise
+    from jax.sharding import SingleDeviceSharding
+    on_device_0 = SingleDeviceSharding(jax.devices()[0])
+    pinned = jax.jit(lambda v: 2.0 * v, in_shardings=on_device_0, out_shardings=on_device_0, donate_argnums=0)
+    first_four = NamedSharding(jax.make_mesh((4,), ("x",), devices=jax.devices()[:4]), P("x"))
+    last_four = NamedSharding(jax.make_mesh((4,), ("x",), devices=jax.devices()[4:]), P("x"))
+    scale_first_four = jax.jit(lambda v: 2.0 * v, in_shardings=first_four, out_shardings=first_four,
+                               donate_argnums=0)
+    res["other_devices"] = {}
+    for name, fn, a in (("device 1 to pinned", pinned, jax.device_put(jnp.arange(4.0), jax.devices()[1])),
+                        ("split 4-7 to split 0-3", scale_first_four, jax.device_put(jnp.arange(16.0), last_four)),
+                        ("device 5 to split 0-7", f, jax.device_put(jnp.arange(16.0), jax.devices()[5])),
+                        ("split 0-7 to pinned", pinned, jax.device_put(jnp.arange(16.0), split)),
+                        ("uncommitted to split 0-3", scale_first_four, jnp.arange(16.0))):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                outcome = "ran on " + str(sorted(d.id for d in fn(a).devices()))
+            except ValueError as err:
+                outcome = "ValueError: " + str(err)
+        res["other_devices"][name] = {"committed": a.committed, "outcome": outcome, "deleted": a.is_deleted(),
+                                      "warnings": [str(w.message) for w in caught]}
 
     # a plain, uncommitted array given to a jit whose in_shardings split it: resharded, not donated
     from donation_lab import explain_donation
@@ -630,6 +727,26 @@ def test_a_plain_array_given_to_a_splitting_jit_is_copied_silently_and_a_split_o
                      "spec": "P('x',)"}
     assert placed == {"committed": True, "plan": "reuse its buffer for out", "deleted": True, "warnings": [],
                       "spec": "P('x',)"}
+
+
+def test_an_array_on_other_devices_is_copied_when_laid_out_alike_and_refused_when_committed_otherwise(
+        sharding_facts):
+    # Lesson 6 (l6-other, l6-other-layout, l6-plain-split-text, summary): laid out like the
+    # program's input but on other devices (device 1 for a program pinned to device 0; split
+    # over 4-7 for one split over 0-3): copied, not deleted, no warning. Committed with another
+    # layout (whole on device 5 for a split program; split over 0-7 for a pinned one): a
+    # ValueError, nothing deleted. Uncommitted, whole on device 0, to the split program: copied.
+    runs = sharding_facts["other_devices"]
+    copied = {"device 1 to pinned": "ran on [0]", "split 4-7 to split 0-3": "ran on [0, 1, 2, 3]",
+              "uncommitted to split 0-3": "ran on [0, 1, 2, 3]"}
+    for name, outcome in copied.items():
+        assert runs[name] == {"committed": name != "uncommitted to split 0-3", "outcome": outcome,
+                              "deleted": False, "warnings": []}, name
+    for name in ("device 5 to split 0-7", "split 0-7 to pinned"):
+        refused = runs[name]
+        assert refused["committed"] is True and refused["deleted"] is False and refused["warnings"] == [], name
+        assert refused["outcome"].startswith("ValueError: Sharding passed to jit does not match the sharding "
+                                             "on the respective arg. Got"), name
 
 
 def test_shard_layout_helpers_describe_and_grid(sharding_facts):
