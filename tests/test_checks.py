@@ -122,11 +122,73 @@ def test_expect_deleted_passes_on_a_donated_array_and_fails_on_a_live_one(capsys
     x = jnp.ones(2)
     jax.jit(lambda a: a * 2, donate_argnums=0)(x)
     checks.expect_deleted("x", x)
-    assert capsys.readouterr().out == "\u2714 x was donated (is_deleted() is True) (public check only).\n"
+    assert capsys.readouterr().out == ("\u2714 x is deleted (is_deleted() is True), as a donated array is "
+                                       "(public check only).\n")
     with pytest.raises(checks.CheckFailed, match=r"^y is still alive, so its buffer was not donated\.\nHint: h$"):
         checks.expect_deleted("y", jnp.ones(2), hint="h")
     with pytest.raises(checks.CheckFailed, match=r"should be a JAX array: expected 'a jax.Array', got 'list'"):
         checks.expect_deleted("z", [1.0])
+
+
+def test_expect_deleted_says_the_same_of_an_array_deleted_by_hand_and_claims_no_donation(capsys):
+    """is_deleted() cannot tell a donation from x.delete() (lesson 1): the pass
+    message says what was checked, and nothing only a donation makes true."""
+    donated, by_hand = jnp.ones(2), jnp.ones(2)
+    jax.jit(lambda a: a * 2, donate_argnums=0)(donated)
+    by_hand.delete()
+    checks.expect_deleted("it", donated)
+    checks.expect_deleted("it", by_hand)
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == second == "\u2714 it is deleted (is_deleted() is True), as a donated array is (public check only)."
+    for claim in ("was donated", "reused", "buffer", "saved"):
+        assert claim not in first
+
+
+def test_require_points_to_the_answer_cell_wherever_it_is():
+    """Lesson 7's check cells sit below a markdown cell or another check cell,
+    not below their answer cell: the message names no neighbouring cell."""
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.require("update_with_donate")
+    message = str(info.value)
+    assert message == ("Not answered yet: `update_with_donate` is not defined. Write your answer in this exercise's "
+                       "answer cell, above this check (the code cell given with `raise NotImplementedError()`), run "
+                       "that cell, then run this check again.")
+    assert "cell above" not in message
+
+
+def test_every_require_call_has_its_answer_cell_above_it_defining_what_it_names():
+    """What require's message says holds for every check cell that calls it (the
+    lessons' learner copies; no hidden check calls it): the nearest answer cell
+    above the check holds `raise NotImplementedError()`, and its solution defines
+    every name the check requires."""
+    import ast
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert not [p for p in (root / "autograder" / "tools").rglob("*.py") if "require(" in p.read_text()]
+    seen = 0
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        solved = {c.get("id"): "".join(c["source"])
+                  for c in json.loads((root / "solutions" / path.name).read_text())["cells"]}
+        for i, cell in enumerate(cells):
+            call = re.search(r"checks\.require\(([^)]*)\)", "".join(cell["source"]))
+            if cell["cell_type"] != "code" or not call:
+                continue
+            names = ast.literal_eval(f"({call.group(1)},)")
+            answers = [c for c in cells[:i] if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+            assert answers, (path.name, cell["id"])
+            answer = answers[-1]
+            assert answer["cell_type"] == "code" and "raise NotImplementedError()" in "".join(answer["source"])
+            body = ast.parse(solved[answer["id"]]).body
+            defined = {node.name for node in body if isinstance(node, ast.FunctionDef)} | {
+                target.id for node in body if isinstance(node, ast.Assign)
+                for target in ast.walk(node) if isinstance(target, ast.Name)}
+            assert set(names) <= defined, (path.name, cell["id"], answer["id"], names)
+            seen += 1
+    assert seen >= 15
 
 
 def test_no_check_claims_hidden_tests():

@@ -63,6 +63,82 @@ def test_unusable_and_pruned_are_told_apart():
     assert any("Some donated buffers were not usable: int32[2,3]." in m for m in r.warnings)
 
 
+def test_the_summary_counts_each_leaf_asked_to_donate_once_as_the_table_does():
+    # An unused donated argument is pruned: the table says "not donated", and
+    # the summary lists it apart, so that reused + not usable + pruned = asked.
+    f = jax.jit(lambda a, b, c: (a * 2, b.sum()), donate_argnums=(0, 1, 2))
+    r = explain_donation(f, f32(3), f32(2, 3), f32(3))
+    assert [leaf.status for leaf in r.leaves] == ["reuse its buffer for out[0]",
+                                                  "NOT usable: no output takes its buffer",
+                                                  "unused argument: pruned, not donated"]
+    assert r.summary() == ("1 of 3 leaves asked to donate planned for reuse, 12 B per call; not usable: b; "
+                           "unused, pruned, not donated: c")
+    assert len(r.reused) + len(r.unusable) + sum(leaf.pruned for leaf in r.requested) == len(r.requested) == 3
+    assert r.summary() in str(r) and r.summary() in r._repr_html_()
+    # none pruned: nothing is listed apart, and the count is the table's "yes" rows
+    g = jax.jit(lambda a, b, c: (a * 2, b.sum() + c), donate_argnums=(0, 1))
+    r = explain_donation(g, f32(3), f32(2, 3), f32(3))
+    assert [leaf.requested for leaf in r.leaves] == [True, True, False]
+    assert r.summary() == "1 of 2 leaves asked to donate planned for reuse, 12 B per call; not usable: b"
+    assert "pruned" not in r.summary()
+
+
+def _names(fn, *args, **kwargs):
+    return {leaf.path: (leaf.requested, leaf.reused) for leaf in explain_donation(fn, *args, **kwargs).leaves}
+
+
+STATIC = 3
+NAMING = {
+    # name: (jitted function, its positional arguments (STATIC for the static one), the donated argument)
+    "static first": (jax.jit(lambda n, x: x * n, static_argnums=0, donate_argnums=1), (STATIC, "x"), "x"),
+    "static last": (jax.jit(lambda x, n: x * n, static_argnums=1, donate_argnums=0), ("x", STATIC), "x"),
+    "static last, counted from the end": (jax.jit(lambda x, n: x * n, static_argnums=-1, donate_argnums=0),
+                                          ("x", STATIC), "x"),
+    "static by name": (jax.jit(lambda a, n, b: a * n + b, static_argnames="n", donate_argnames="b"),
+                       ("a", STATIC, "b"), "b"),
+    "none static": (jax.jit(lambda a, b: a + b, donate_argnums=1), ("a", "b"), "b"),
+}
+
+
+@pytest.mark.parametrize("name", NAMING)
+def test_each_row_carries_its_own_arguments_name_when_some_are_static(name):
+    # jit leaves static arguments out of what it lowers (args_info): each row is
+    # named after the non-static parameter JAX pairs it with, and the row whose
+    # buffer is planned for reuse is the array a real call deletes.
+    fn, order, donated = NAMING[name]
+    arrays = {a: f32(4) for a in order if a is not STATIC}
+    positional = [STATIC if a is STATIC else arrays[a] for a in order]
+    assert _names(fn, *positional) == {a: (a == donated, a == donated) for a in arrays}
+    fn(*positional)
+    assert {a: x.is_deleted() for a, x in arrays.items()} == {a: a == donated for a in arrays}
+
+
+def test_names_of_keyword_calls_and_static_arguments_passed_by_keyword():
+    f = jax.jit(lambda a, n, b: a * n + b, static_argnums=1, donate_argnames="b")
+    assert _names(f, f32(4), 3, f32(4)) == {"a": (False, False), "b": (True, True)}
+    assert _names(f, f32(4), n=3, b=f32(4)) == {"a": (False, False), "b": (True, True)}
+    assert _names(f, f32(4), b=f32(4), n=3) == {"a": (False, False), "b": (True, True)}
+    g = jax.jit(lambda n, p: {"w": p["w"] * n}, static_argnames="n", donate_argnums=1)
+    assert _names(g, 3, {"w": f32(4)}) == {"p['w']": (True, True)}
+    assert _names(g, n=3, p={"w": f32(4)}) == {"p['w']": (True, True)}
+
+
+def test_without_jits_static_argnums_the_names_say_only_what_is_known():
+    # An object with .lower but no record of its static arguments: when a static
+    # argument is left out, the rows do not guess which parameter each one is.
+    class Lowers:
+        def __init__(self, fn):
+            self.lower = fn.lower
+
+    def step(n, x):
+        return x * n
+
+    static_first = Lowers(jax.jit(step, static_argnums=0, donate_argnums=1))
+    assert _names(static_first, 3, f32(4)) == {"non-static argument 0": (True, True)}
+    none_static = Lowers(jax.jit(lambda n, x: x * n, donate_argnums=1))
+    assert _names(none_static, f32(4), f32(4)) == {"args[0]": (False, False), "args[1]": (True, True)}
+
+
 def test_text_and_html():
     f = jax.jit(lambda x, y: x + y, donate_argnums=(0, 1))
     r = explain_donation(f, f32(2, 3), f32(2, 3))
@@ -72,7 +148,7 @@ def test_text_and_html():
     html = r._repr_html_()
     assert html.startswith('<div class="donation-report">') and "<table>" in html
     assert "<th>what the compiled program plans</th>" in html
-    assert r.summary() == "1 of 2 donated leaves planned for reuse, 24 B per call; not usable: y"
+    assert r.summary() == "1 of 2 leaves asked to donate planned for reuse, 24 B per call; not usable: y"
 
 
 def test_numpy_arguments_are_fine():
@@ -102,7 +178,7 @@ def test_the_warning_is_reported_once_then_jax_stays_quiet():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         f(f32(3), f32(3))
-    assert caught == []  # JAX warned once per compilation, during explain_donation
+    assert caught == []  # JAX warned once, when explain_donation lowered f for these types
     again = explain_donation(f, f32(3), f32(3))
     assert again.warnings == [] and [leaf.path for leaf in again.unusable] == ["b"]
 
@@ -140,7 +216,7 @@ def test_the_report_is_a_plan_that_a_call_can_decline_silently(case):
     assert (state.unsafe_buffer_pointer() == host.ctypes.data) is (case == "numpy-owned memory")
     report = explain_donation(update, state, f32(1000))
     assert report.leaf("s").status == "reuse its buffer for out"
-    assert report.summary() == "1 of 1 donated leaves planned for reuse, 3.9 KiB per call"
+    assert report.summary() == "1 of 1 leaves asked to donate planned for reuse, 3.9 KiB per call"
     before = state.unsafe_buffer_pointer()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -156,7 +232,8 @@ def test_bytes_on_one_device_are_the_compiled_alias_bytes():
     r = explain_donation(f, f32(3), f32(5), f32(2, 2))   # u is unused: pruned, not on any device
     assert [leaf.bytes_per_device for leaf in r.leaves] == [((0, 12),), (), ((0, 16),)]
     assert r.bytes_saved_per_device == {0: 28} and r.bytes_saved == 28 == r.alias_size_in_bytes
-    assert r.summary() == "2 of 3 donated leaves planned for reuse, 28 B per call"
+    assert r.summary() == ("2 of 3 leaves asked to donate planned for reuse, 28 B per call; "
+                           "unused, pruned, not donated: u")
 
 
 SHARDED_SUMMARY = """
@@ -198,7 +275,7 @@ def sharded_summary():
 
 def test_on_eight_devices_a_split_array_saves_its_piece_on_each_device(sharded_summary):
     split = sharded_summary["split"]
-    assert split["summary"] == ("1 of 1 donated leaves planned for reuse, "
+    assert split["summary"] == ("1 of 1 leaves asked to donate planned for reuse, "
                                 "8 B per call on each of 8 devices (64 B in all)")
     assert split["per_device"] == [[d, 8] for d in range(8)] and split["alias"] == 8 and split["shard_bytes"] == [8]
     assert split["own_buffer"] is True
@@ -206,7 +283,7 @@ def test_on_eight_devices_a_split_array_saves_its_piece_on_each_device(sharded_s
 
 def test_on_eight_devices_a_replicated_array_saves_the_whole_array_on_each_device(sharded_summary):
     replicated = sharded_summary["replicated"]
-    assert replicated["summary"] == ("1 of 1 donated leaves planned for reuse, "
+    assert replicated["summary"] == ("1 of 1 leaves asked to donate planned for reuse, "
                                      "64 B per call on each of 8 devices (512 B in all)")
     assert replicated["per_device"] == [[d, 64] for d in range(8)] and replicated["alias"] == 64
     assert replicated["shard_bytes"] == [64] and replicated["own_buffer"] is True
@@ -221,5 +298,5 @@ def test_the_summary_gives_the_range_when_devices_reuse_different_amounts():
                         pruned=False, output="out", bytes_per_device=((0, 8), (1, 4)))
     report = DonationReport(function="f", leaves=[leaf])
     assert report.bytes_saved_per_device == {0: 8, 1: 4}
-    assert report.summary() == ("1 of 1 donated leaves planned for reuse, "
+    assert report.summary() == ("1 of 1 leaves asked to donate planned for reuse, "
                                 "12 B per call over 2 devices (4 B to 8 B per device)")

@@ -100,14 +100,17 @@ def expect_allclose(what: str, got, expected, hint: str = "", rtol: float = 1e-6
 
 
 def expect_deleted(what: str, array, hint: str = "") -> None:
-    """Pass when `array` is a JAX array whose buffer was donated (deleted)."""
+    """Pass when `array` is a deleted JAX array, as a donated one is. This
+    cannot tell a donation from `x.delete()` (is_deleted() is True after
+    either), so the pass message claims no more than that; `expect_in_place`
+    shows that an output took the buffer."""
     deleted = getattr(array, "is_deleted", None)
     if deleted is None:
         fail(f"{what} should be a JAX array", "a jax.Array", type(array).__name__, hint)
     if not deleted():
         raise CheckFailed(f"{what} is still alive, so its buffer was not donated."
                           + (f"\nHint: {hint}" if hint else ""))
-    passed(f"{what} was donated (is_deleted() is True)")
+    passed(f"{what} is deleted (is_deleted() is True), as a donated array is")
 
 
 def _pointers(tree) -> set:
@@ -158,8 +161,8 @@ def require(*names: str) -> None:
     if missing:
         listed = ", ".join(f"`{n}`" for n in missing)
         raise CheckFailed(f"Not answered yet: {listed} {'is' if len(missing) == 1 else 'are'} not defined. "
-                          "Write your answer in the cell above (in place of `raise NotImplementedError()`), "
-                          "run it, then run this check again.")
+                          "Write your answer in this exercise's answer cell, above this check (the code cell "
+                          "given with `raise NotImplementedError()`), run that cell, then run this check again.")
 
 
 def donation_request(fn, *args, **kwargs):

@@ -21,12 +21,13 @@ same). An argument the call must first copy to the program's devices or
 layout hands the program only that copy, and the caller's array is not
 deleted.
 
-JAX warns about unusable donations once per compilation: if `fn` was already
-lowered for these shapes, the warning is not raised again, so `unusable`
-is computed from the compiled aliasing and does not depend on the warning.
-The other way round holds too: after `explain_donation(fn, ...)`, a real call
-of `fn` with the same shapes does not warn, because JAX already did (the
-report's `warnings` field has the message).
+JAX warns about unusable donations when it lowers `fn` for a signature (a
+call or `.lower()`), once: if `fn` was already lowered for these argument
+types, the warning is not raised again, so `unusable` is computed from the
+compiled aliasing and does not depend on the warning. The other way round
+holds too: after `explain_donation(fn, ...)`, a real call of `fn` with the
+same argument types does not warn, because JAX already did (the report's
+`warnings` field has the message).
 """
 from __future__ import annotations
 
@@ -196,9 +197,14 @@ class DonationReport:
         else:
             size = (f"{_human(self.bytes_saved)} per call over {len(per_device)} devices "
                     f"({_human(min(amounts))} to {_human(max(amounts))} per device)")
-        parts = [f"{len(self.reused)} of {len(self.requested)} donated leaves planned for reuse, {size}"]
+        # Every leaf asked to donate is counted once: planned for reuse, not
+        # usable, or pruned (unused, so jit dropped it: not donated at all).
+        parts = [f"{len(self.reused)} of {len(self.requested)} leaves asked to donate planned for reuse, {size}"]
         if self.unusable:
             parts.append("not usable: " + ", ".join(leaf.path for leaf in self.unusable))
+        pruned = [leaf for leaf in self.requested if leaf.pruned]
+        if pruned:
+            parts.append("unused, pruned, not donated: " + ", ".join(leaf.path for leaf in pruned))
         return "; ".join(parts)
 
     def __str__(self) -> str:
@@ -245,13 +251,35 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def _param_names(fn, n_positional: int) -> list:
+def _static_positions(fn, n_positional: int) -> set | None:
+    """The positions among `n_positional` positional arguments that jit takes
+    as static (and leaves out of `lowered.args_info`), as JAX resolves them:
+    its static_argnums, which jit completes from static_argnames through the
+    signature, a negative number counting from the end. None when `fn` does
+    not say (jax 0.10.2 keeps them in `fn._jit_info`)."""
+    numbers = getattr(getattr(fn, "_jit_info", None), "static_argnums", None)
+    if numbers is None:
+        return None
+    return {i % n_positional if i < 0 else i for i in numbers if -n_positional <= i < n_positional}
+
+
+def _param_names(fn, n_positional: int, n_lowered: int) -> list:
+    """Names of the `n_lowered` positional arguments jit lowered (the non-static
+    ones, in order) out of the `n_positional` the call passed."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         params = []
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return [names[i] if i < len(names) else f"args[{i}]" for i in range(n_positional)]
+    static = _static_positions(fn, n_positional)
+    if static is None:
+        static = set() if n_lowered == n_positional else None
+    lowered = (None if static is None else
+               [names[i] if i < len(names) else f"args[{i}]" for i in range(n_positional) if i not in static])
+    if lowered is None or len(lowered) != n_lowered:
+        # which positions are static is unknown: say only what is known
+        return [f"non-static argument {k}" for k in range(n_lowered)]
+    return lowered
 
 
 def _leaf_path(path, positional_names) -> str:
@@ -306,8 +334,9 @@ def explain_donation(fn, *args, **kwargs) -> DonationReport:
         else:
             aliased_by[leaf_index] = f"output {out_index}"
 
-    n_positional = len(args)
-    names = _param_names(fn, n_positional)
+    # args_info leaves out static arguments: name the lowered positional
+    # arguments after the non-static parameters, as JAX pairs them.
+    names = _param_names(fn, len(args), len(lowered.args_info[0]))
     leaves = []
     for index, (path, info) in enumerate(info_leaves):
         shape = tuple(info.shape)      # public ArgInfo.shape / .dtype
