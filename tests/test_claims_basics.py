@@ -2,7 +2,7 @@
 
 If a JAX upgrade changes one of these, this file fails and points at the
 lesson sentence to rewrite. Each test builds fresh jitted functions: JAX warns
-about unusable donations once per compilation, so reuse would hide warnings.
+about unusable donations once per lowering of a function and signature, so reuse would hide warnings.
 """
 import functools
 import warnings

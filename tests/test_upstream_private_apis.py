@@ -1,6 +1,7 @@
 """Guards for the few private upstream APIs the course tools rely on (the
-learner's package uses public JAX API only: ArgInfo.shape/.dtype,
-compiled.input_shardings).
+learner's package uses public JAX API, ArgInfo.shape/.dtype and
+compiled.input_shardings, and one private attribute: a jitted function's
+`_jit_info.static_argnums`, which explain_donation reads to name its rows).
 
 Each was checked for a public equivalent first; where none exists the use
 stays, and a test here names the upstream version it was written for, so an
@@ -12,6 +13,23 @@ import inspect
 
 def _version(module):
     return module.__version__
+
+
+def test_jit_info_static_argnums():
+    # donation_lab/explain.py names each row of explain_donation's report after
+    # its parameter; lowered.args_info leaves static positional arguments out and
+    # JAX has no public record of which they are, so it reads
+    # fn._jit_info.static_argnums (jax 0.10.2), which jit completes from
+    # static_argnames. Without it the rows say "non-static argument k".
+    import jax
+
+    where = (f"donation_lab.explain reads jit's _jit_info.static_argnums as in jax 0.10.2, this is "
+             f"{_version(jax)}: re-check _static_positions")
+    assert _version(jax) == "0.10.2", where
+    by_name = jax.jit(lambda n, x: x * n, static_argnames="n")
+    assert tuple(by_name._jit_info.static_argnums) == (0,), where
+    assert tuple(jax.jit(lambda x, n: x * n, static_argnums=-1)._jit_info.static_argnums) == (-1,), where
+    assert tuple(jax.jit(lambda x: x)._jit_info.static_argnums) == (), where
 
 
 def test_jupyter_client_wait_for_ready_hooks():
