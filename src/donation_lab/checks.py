@@ -229,7 +229,8 @@ def expect_donation_request(what: str, fn, args, names, donated, hint: str = "")
     """Pass when `fn`, called with positional `args` (named `names`), asks to
     donate exactly the arguments in `donated`. Unlike is_deleted(), this also
     catches a donation that JAX requested but could not use (the array then
-    stays alive, with only a warning)."""
+    stays alive, with a warning or, when an output has as many elements but
+    another byte size, silently)."""
     requested = _requested(what, fn, args, names, hint)
     if sorted(requested) != sorted(donated):
         fail(f"arguments {what} asks to donate", sorted(donated), sorted(requested), hint)

@@ -18,8 +18,10 @@ then not deleted), or when the array's memory belongs to NumPy (what
 `jax.device_put` makes of a C-contiguous NumPy array in a dtype JAX keeps,
 whose data starts at a multiple of 64 bytes: the array is deleted all the
 same). An argument the call must first copy to the program's devices or
-layout hands the program only that copy, and the caller's array is not
-deleted.
+layout usually hands the program only copies, and the caller's array is not
+deleted. The exception is a program that replicates the argument over
+devices that include the one the array is on: that device's copy is the
+array's own buffer, which is donated, and the array is deleted.
 
 JAX warns about unusable donations when it lowers `fn` for a signature (a
 call or `.lower()`), once: if `fn` was already lowered for these argument
@@ -114,7 +116,8 @@ class LeafDonation:
     shape: tuple
     dtype: str
     nbytes: int
-    requested: bool        # donation asked for (donate_argnums / donate_argnames)
+    requested: bool        # donation in effect for this lowering: lowered.args_info's `donated` (False for
+                           # every leaf when jit traces the signature under jax.debug_nans)
     reused: bool           # the compiled program plans to write an output into this buffer
     pruned: bool           # the function never uses it, so jit dropped it
     output: str | None     # which output is planned to reuse it, e.g. "out[0]"
