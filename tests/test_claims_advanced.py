@@ -492,6 +492,45 @@ SHARDING_SCRIPT = textwrap.dedent("""
         res["other_devices"][name] = {"committed": a.committed, "outcome": outcome, "deleted": a.is_deleted(),
                                       "warnings": [str(w.message) for w in caught]}
 
+    # a program that replicates its input takes an array held whole on any one device, committed or not;
+    # that device's copy is the array's own buffer when the device is one of the program's (donated)
+    first_four_rep = NamedSharding(first_four.mesh, P())
+    last_four_rep = NamedSharding(last_four.mesh, P())
+    def replicating(sharding, **donate):
+        return jax.jit(lambda v: 2.0 * v, in_shardings=sharding, out_shardings=sharding, **donate)
+    res["replicated_program"] = {}
+    for name, fn, a in (
+            ("device 5 to replicated 0-7", replicating(rep, donate_argnums=0),
+             jax.device_put(jnp.arange(16.0), jax.devices()[5])),
+            ("device 0 to replicated 0-7", replicating(rep, donate_argnums=0),
+             jax.device_put(jnp.arange(16.0), jax.devices()[0])),
+            ("uncommitted to replicated 0-7", replicating(rep, donate_argnums=0), jnp.arange(16.0)),
+            ("device 1 to replicated 0-3", replicating(first_four_rep, donate_argnums=0),
+             jax.device_put(jnp.arange(16.0), jax.devices()[1])),
+            ("device 5 to replicated 0-3", replicating(first_four_rep, donate_argnums=0),
+             jax.device_put(jnp.arange(16.0), jax.devices()[5])),
+            ("uncommitted to replicated 4-7", replicating(last_four_rep, donate_argnums=0), jnp.arange(16.0)),
+            ("device 5 to replicated 0-7, not donating", replicating(rep),
+             jax.device_put(jnp.arange(16.0), jax.devices()[5])),
+            ("split 0-7 to replicated 0-7", replicating(rep, donate_argnums=0),
+             jax.device_put(jnp.arange(16.0), split)),
+            ("split 4-7 to replicated 0-7", replicating(rep, donate_argnums=0),
+             jax.device_put(jnp.arange(16.0), last_four))):
+        before = {s.device.id: s.data.unsafe_buffer_pointer() for s in a.addressable_shards}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = fn(a)
+                outcome = "ran on " + str(sorted(d.id for d in out.devices()))
+                own = [s.device.id for s in out.addressable_shards
+                       if s.data.unsafe_buffer_pointer() == before.get(s.device.id)]
+                right = bool((out == 2.0 * jnp.arange(16.0)).all())
+            except ValueError as err:
+                outcome, own, right = "ValueError: " + str(err), None, None
+        res["replicated_program"][name] = {"committed": a.committed, "outcome": outcome, "deleted": a.is_deleted(),
+                                           "warnings": [str(w.message) for w in caught], "own_buffer": own,
+                                           "values_right": right}
+
     # a plain, uncommitted array given to a jit whose in_shardings split it: resharded, not donated
     from donation_lab import explain_donation
     res["plain_to_split"] = {}
@@ -736,6 +775,7 @@ def test_an_array_on_other_devices_is_copied_when_laid_out_alike_and_refused_whe
     # over 4-7 for one split over 0-3): copied, not deleted, no warning. Committed with another
     # layout (whole on device 5 for a split program; split over 0-7 for a pinned one): a
     # ValueError, nothing deleted. Uncommitted, whole on device 0, to the split program: copied.
+    # (A program that replicates its input takes an array whole on one device: the test below.)
     runs = sharding_facts["other_devices"]
     copied = {"device 1 to pinned": "ran on [0]", "split 4-7 to split 0-3": "ran on [0, 1, 2, 3]",
               "uncommitted to split 0-3": "ran on [0, 1, 2, 3]"}
@@ -743,6 +783,36 @@ def test_an_array_on_other_devices_is_copied_when_laid_out_alike_and_refused_whe
         assert runs[name] == {"committed": name != "uncommitted to split 0-3", "outcome": outcome,
                               "deleted": False, "warnings": []}, name
     for name in ("device 5 to split 0-7", "split 0-7 to pinned"):
+        refused = runs[name]
+        assert refused["committed"] is True and refused["deleted"] is False and refused["warnings"] == [], name
+        assert refused["outcome"].startswith("ValueError: Sharding passed to jit does not match the sharding "
+                                             "on the respective arg. Got"), name
+
+
+def test_a_replicating_program_takes_an_array_whole_on_one_device_and_donates_it_there_if_it_is_one_of_its(
+        sharding_facts):
+    # Lesson 6 (l6-other-layout-text, l6-plain-split-text, l6-replicated, summary): in_shardings=
+    # out_shardings=P(). An array held whole on one device, committed or not, is not refused.
+    # When that device is one of the program's, the output's piece there is in the array's own
+    # buffer and the array is deleted, with no warning; the other devices get copies. When it is
+    # not (device 5, or the plain array on device 0, for a program on 0-3 or 4-7), every piece is a
+    # copy and nothing is deleted. Without donation the same call runs and deletes nothing. A split
+    # array is still refused with a ValueError, and nothing is deleted.
+    runs = sharding_facts["replicated_program"]
+    donated = {"device 5 to replicated 0-7": (True, "ran on [0, 1, 2, 3, 4, 5, 6, 7]", [5]),
+               "device 0 to replicated 0-7": (True, "ran on [0, 1, 2, 3, 4, 5, 6, 7]", [0]),
+               "uncommitted to replicated 0-7": (False, "ran on [0, 1, 2, 3, 4, 5, 6, 7]", [0]),
+               "device 1 to replicated 0-3": (True, "ran on [0, 1, 2, 3]", [1])}
+    for name, (committed, outcome, own) in donated.items():
+        assert runs[name] == {"committed": committed, "outcome": outcome, "deleted": True, "warnings": [],
+                              "own_buffer": own, "values_right": True}, name
+    copied = {"device 5 to replicated 0-3": (True, "ran on [0, 1, 2, 3]"),
+              "uncommitted to replicated 4-7": (False, "ran on [4, 5, 6, 7]"),
+              "device 5 to replicated 0-7, not donating": (True, "ran on [0, 1, 2, 3, 4, 5, 6, 7]")}
+    for name, (committed, outcome) in copied.items():
+        assert runs[name] == {"committed": committed, "outcome": outcome, "deleted": False, "warnings": [],
+                              "own_buffer": [], "values_right": True}, name
+    for name in ("split 0-7 to replicated 0-7", "split 4-7 to replicated 0-7"):
         refused = runs[name]
         assert refused["committed"] is True and refused["deleted"] is False and refused["warnings"] == [], name
         assert refused["outcome"].startswith("ValueError: Sharding passed to jit does not match the sharding "
