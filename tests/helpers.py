@@ -254,3 +254,20 @@ def python3_kernel(python, env) -> dict:
     kernel_info reports}."""
     result = run([str(python), "-c", PYTHON3_KERNEL_PROBE], env=env, cwd=NOTEBOOKS, timeout=120)
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_on_eight_devices(script: str, *argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run `script` in a fresh Python on 8 simulated CPU devices (XLA reads the
+    device count only when JAX starts, and this process started it already)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def result_on_eight_devices(script: str) -> dict:
+    """What `script`, run on 8 devices, printed as JSON on its line starting
+    with RESULT; the script must exit 0."""
+    proc = run_on_eight_devices(script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])

@@ -6,16 +6,14 @@ Sharding claims need 8 simulated CPU devices, which XLA reads only when JAX
 starts; this process has already imported JAX, so they run in a subprocess.
 """
 import functools
-import json
-import os
-import subprocess
-import sys
 import textwrap
 import warnings
 
 import jax
 import jax.numpy as jnp
 import pytest
+
+from helpers import result_on_eight_devices, run_on_eight_devices
 
 
 @pytest.fixture(autouse=True)
@@ -640,12 +638,7 @@ SHARDING_SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def sharding_facts():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
+    return result_on_eight_devices(SHARDING_SCRIPT)
 
 
 def test_xla_flag_gives_eight_cpu_devices_and_make_mesh_defaults_to_explicit(sharding_facts):
@@ -838,8 +831,7 @@ def test_shard_layout_helpers_describe_and_grid(sharding_facts):
         except ValueError as exc:
             print("rich-missing" if str(exc) == "`visualize_sharding` requires `rich` to be installed." else repr(exc))
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    proc = run_on_eight_devices(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == str([[0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]])

@@ -1,9 +1,7 @@
 """The rules issue #11 corrected or added to lessons 2, 3, 5 and 6, each with a
 case on both sides, asserted on the pinned JAX (0.10.2). If an upgrade changes
 one, this file fails and names the lesson cell to rewrite."""
-import json
 import logging
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from helpers import result_on_eight_devices, run_on_eight_devices
 
 NOT_USABLE = "Some donated buffers were not usable"
 
@@ -683,11 +683,7 @@ def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
     test_a_jitted_operation_on_a_half_donated_replicated_array_crashes_the_process). An Auto-mesh jit
     given no out_shardings never warns, whether the donation is used or not; given
     out_shardings, or on one device, the same function warns."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(EIGHT_DEVICE_LIMITS)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT"):])
+    res = result_on_eight_devices(textwrap.dedent(EIGHT_DEVICE_LIMITS))
     assert res["devices"] == 8
     first, others = [True] + [False] * 7, [False] + [True] * 7
     for axis_type in ("Explicit", "Auto"):
@@ -881,9 +877,7 @@ def test_a_jitted_operation_on_a_half_donated_replicated_array_crashes_the_proce
     alive, a replicated array keeps that copy and loses the seven others; is_deleted() says
     False, and `x + 1` then kills the Python process (a signal, not an exception). The other
     side: donated with no view, the array is deleted and `x + 1` raises RuntimeError."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(HALF_DONATED), "view" if view else "none"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = run_on_eight_devices(textwrap.dedent(HALF_DONATED), "view" if view else "none")
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("DELETED", "RESULT"))]
     if view:
         assert proc.returncode < 0 and lines == ["DELETED False"], (proc.returncode, proc.stdout, proc.stderr[-2000:])

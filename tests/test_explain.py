@@ -6,6 +6,7 @@ import pytest
 
 from donation_lab import explain_donation
 from donation_lab.explain import parse_input_output_alias
+from helpers import result_on_eight_devices
 
 
 def f32(*shape):
@@ -261,16 +262,7 @@ print("RESULT" + json.dumps(result))
 
 @pytest.fixture(scope="module")
 def sharded_summary():
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", SHARDED_SUMMARY], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
+    return result_on_eight_devices(SHARDED_SUMMARY)
 
 
 def test_on_eight_devices_a_split_array_saves_its_piece_on_each_device(sharded_summary):
