@@ -66,7 +66,10 @@ def kept_leaves(compiled, n_leaves: int) -> list:
     arguments the function never uses (keep_unused=False), and HLO parameter
     k is the k-th kept leaf. Read from `input_shardings`, None for a dropped
     leaf; when that is not available, every leaf counts as kept."""
-    shardings = input_shardings(compiled, n_leaves)
+    return _kept(input_shardings(compiled, n_leaves), n_leaves)
+
+
+def _kept(shardings: list | None, n_leaves: int) -> list:
     if shardings is None:
         return list(range(n_leaves))
     return [index for index, sharding in enumerate(shardings) if sharding is not None]
@@ -316,8 +319,9 @@ def explain_donation(fn, *args, **kwargs) -> DonationReport:
 
     # jit drops arguments the function never uses (keep_unused=False); HLO
     # parameter k is the k-th kept leaf.
-    kept = kept_leaves(compiled, n_leaves)
-    shardings = input_shardings(compiled, n_leaves) or [None] * n_leaves
+    found = input_shardings(compiled, n_leaves)
+    kept = _kept(found, n_leaves)
+    shardings = found or [None] * n_leaves
     param_to_leaf = dict(enumerate(kept))
 
     try:
