@@ -172,8 +172,13 @@ def describe_errors(errors) -> str:
 def assert_only_tagged_cells_raise(label: str, nb) -> None:
     """An executed solved notebook: errors only in cells tagged
     raises-exception, and each of those cells does raise (a meant-to-fail
-    cell that stops failing means JAX changed and the lesson is now wrong)."""
-    from donation_course.execute import notebook_errors
+    cell that stops failing means JAX changed and the lesson is now wrong);
+    and every cell shows what its output claims say it shows
+    (donation_course.execute.OUTPUT_CLAIMS), e.g. which error a read raises."""
+    from donation_course.execute import notebook_errors, output_claim_mismatches
+
+    mismatched = output_claim_mismatches(nb)
+    assert not mismatched, f"{label}: outputs contradict the prose:\n  " + "\n  ".join(mismatched)
 
     errors = notebook_errors(nb)
     unexpected = [e for e in errors if RAISES not in e.tags]

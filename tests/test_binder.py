@@ -148,12 +148,12 @@ def test_instructor_extensions_are_off_for_learners(binder):
 
 
 def test_binder_python3_kernel_is_the_lessons_kernel(binder):
-    """postBuild ran binder/lesson-kernel: Binder's Python 3.11.x reports "3.11",
+    """postBuild ran binder/lesson-kernel: Binder's Python 3.12.x reports "3.12",
     as the lessons' language_info says (tests/test_environments.py has the
     other side: ipykernel's own kernel reports the patch release)."""
     env, venv, _, _ = binder
     found = python3_kernel(venv / "bin" / "python", env)
-    assert "donation_lab.kernel" in found["argv"] and found["version"] == "3.11", found
+    assert "donation_lab.kernel" in found["argv"] and found["version"] == "3.12", found
 
 
 def test_binder_environment_holds_no_grading_tools(binder):

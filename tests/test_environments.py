@@ -59,11 +59,11 @@ def test_no_environment_pays_for_rfc3987_syntax_at_import(course_script, name, t
 
 
 
-@pytest.mark.parametrize("name, version", [("learner", "3.11"), ("instructor", "patch")])
+@pytest.mark.parametrize("name, version", [("learner", "3.12"), ("instructor", "patch")])
 def test_the_learners_python3_kernel_reports_python_as_the_lessons_carry_it(course_script, name, version):
     """binder/lesson-kernel ran: the learner's `python3` kernel is the lessons'
-    (donation_lab.kernel) and reports Python as "3.11", as the lessons'
-    language_info says, so JupyterLab opens them unmodified on any 3.11.x.
+    (donation_lab.kernel) and reports Python as "3.12", as the lessons'
+    language_info says, so JupyterLab opens them unmodified on any 3.12.x.
     The other side: the instructor's environment keeps ipykernel's kernel,
     which reports the patch release."""
     import sys

@@ -40,7 +40,7 @@ def _pins(path):
 
 def test_requirements_are_exact_pins_of_the_stack():
     pins = _pins(ROOT / "requirements.txt")
-    assert pins["jax"] == "0.10.2" and pins["jaxlib"] == "0.10.2"
+    assert pins["jax"] == "0.12.0.1" and pins["jaxlib"] == "0.12.0.1"
     assert pins["nbgrader"] == "0.9.6"
     assert pins["jupyterlab"].startswith("4.6.")
     assert pins["ipywidgets"].startswith("8.1.")
@@ -61,7 +61,7 @@ def test_binder_uses_the_learners_pins():
     # binder/requirements.txt includes requirements.txt: one list of pins, no copy to keep equal.
     assert _pins(ROOT / "binder" / "requirements.txt") == _pins(ROOT / "requirements.txt")
     assert "-r ../requirements.txt" in (ROOT / "binder" / "requirements.txt").read_text()
-    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.12"
     post_build = (ROOT / "binder" / "postBuild").read_text().splitlines()
     first_command = next(ln for ln in post_build if ln.strip() and not ln.startswith("#"))
     assert re.fullmatch(r"set -[a-z]*e[a-z]*( .*)?", first_command.strip()), \

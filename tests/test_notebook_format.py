@@ -81,9 +81,9 @@ def kernel_language_info() -> dict:
 def test_language_info_is_what_the_kernel_reports(path):
     """JupyterLab writes the kernel's language_info into a notebook it opens and
     marks it modified when that changes anything: every notebook carries the
-    whole of it as the lessons' kernel reports it, Python as "3.11" on any
-    3.11.x (the browser test opens the lessons and sees no modified marker)."""
+    whole of it as the lessons' kernel reports it, Python as "3.12" on any
+    3.12.x (the browser test opens the lessons and sees no modified marker)."""
     reported = kernel_language_info()
-    assert reported["version"] == "3.11", f"the lessons' kernel reports Python {reported['version']}"
+    assert reported["version"] == "3.12", f"the lessons' kernel reports Python {reported['version']}"
     info = dict(nbformat.read(path, as_version=4).metadata.get("language_info", {}))
     assert info == reported, f"{path.name}: {info}"

@@ -2,9 +2,9 @@
 
 JupyterLab writes the kernel's `language_info` into a notebook it opens and
 marks the notebook modified when that changes anything. ipykernel reports the
-patch release (3.11.7 here, another 3.11.x on Binder or a learner's machine),
+patch release (3.12.1 here, another 3.12.x on Binder or a learner's machine),
 so lessons committed once would open modified wherever the patch differs. This
-kernel reports "3.11", the version the course pins, and is otherwise
+kernel reports "3.12", the version the course pins, and is otherwise
 ipykernel's. binder/lesson-kernel makes it the learner environment's `python3`
 kernel; tests/test_notebook_format.py checks that the lessons carry what it
 reports.

@@ -68,3 +68,38 @@ def notebook_errors(nb) -> list:
                     is_test=bool(is_grade(cell)) and not is_solution(cell),
                 ))
     return errors
+
+
+# A code cell whose output the prose beside it describes carries what its
+# output must show and must not show, in the cell's metadata:
+#   "donation_lab": {"shows": ["RuntimeError: Array has been deleted"], "hides": ["ValueError"]}
+# A cell that catches several exception types and prints which one it got can
+# then still fail a test when JAX changes which one it raises.
+OUTPUT_CLAIMS = "donation_lab"
+
+
+def output_text(cell) -> str:
+    """Everything a code cell printed or returned, and its error as 'Name: value'."""
+    parts = []
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            parts.append(out.get("text", ""))
+        elif kind in ("execute_result", "display_data"):
+            parts.append(out.get("data", {}).get("text/plain", ""))
+        elif kind == "error":
+            parts.append(f"{out.get('ename', '')}: {out.get('evalue', '')}")
+    return "".join(part if isinstance(part, str) else "".join(part) for part in parts)
+
+
+def output_claim_mismatches(nb) -> list[str]:
+    """One line per output claim (see OUTPUT_CLAIMS) that an executed notebook breaks."""
+    problems = []
+    for cell in nb.cells:
+        claims = cell.get("metadata", {}).get(OUTPUT_CLAIMS, {})
+        if cell.cell_type != "code" or not claims:
+            continue
+        text = output_text(cell)
+        problems += [f"cell {cell.get('id')!r} should show {s!r}" for s in claims.get("shows", []) if s not in text]
+        problems += [f"cell {cell.get('id')!r} should not show {s!r}" for s in claims.get("hides", []) if s in text]
+    return problems
