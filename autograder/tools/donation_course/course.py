@@ -2,9 +2,13 @@
 
 Each fact is read from one place: the course id from `nbgrader_config.py`,
 the assignment from the folders under `source/` (the only one, or the one
-named with `--assignment`), the notebooks from that folder's contents. `COURSE` is the course in this repository
-(`autograder/`); the grading command takes any other course folder with
-`--course` and reads the same facts from it.
+named with `--assignment`), the notebooks from that folder's contents, and
+every point and grade id from the grade cells of those source notebooks
+(`Course.grades`, `points`, `total_points`, `exercise`, `part`). `COURSE` is
+the course in this repository (`autograder/`); the grading command takes any
+other course folder with `--course` and reads the same facts from it.
+
+    python -m donation_course.course   # each notebook's points and grade ids, the exercise and its parts
 """
 import json
 import os
@@ -19,6 +23,12 @@ import nbformat
 # The grader's own folder in a course, and its compile cache's name there.
 GRADING_DIR = ".grading"
 COMPILE_CACHE = "compile-cache"
+
+# The grade ids of the graded exercise's two answer cells. The notebook holding EXERCISE_ANSWER is the
+# exercise (Course.exercise), whatever its file name; each answer's part is the grade cells that check it
+# (Course.part).
+EXERCISE_ANSWER = "ex-answer"   # update_with_donate
+CAPSTONE_ANSWER = "cap-answer"  # the capstone's training-state update
 
 
 class CourseError(Exception):
@@ -140,15 +150,75 @@ class Course:
 
     @property
     def notebooks(self) -> list:
-        """Notebook names (no .ipynb), in order; the graded exercise is last."""
+        """Notebook names (no .ipynb), in order."""
         return [p.stem for p in self.source_notebooks()]
 
+    @cached_property
+    def cells(self) -> dict:
+        """{notebook: [Cell, ...]}: each source notebook's answer (solution) and grade cells, in order."""
+        from nbgrader.utils import is_grade, is_solution
+
+        out = {}
+        for path in self.source_notebooks():
+            out[path.stem] = [Cell(grade_id(c), is_solution(c), float(c.metadata["nbgrader"].get("points") or 0)
+                                   if is_grade(c) else None)
+                              for c in read_notebook(path).cells if is_grade(c) or is_solution(c)]
+        return out
+
     @property
-    def exercise(self) -> str:
-        return self.notebooks[-1]
+    def grades(self) -> dict:
+        """{notebook: {grade_id: points}}: every grade cell of each source notebook, in order, with its points
+        as nbgrader reads them (a notebook with no grade cell maps to {})."""
+        return {nb: {c.grade_id: c.points for c in cells if c.graded} for nb, cells in self.cells.items()}
+
+    @property
+    def grade_ids(self) -> dict:
+        """{notebook: [grade_id, ...]}: each notebook's grade cells, in order."""
+        return {nb: list(grades) for nb, grades in self.grades.items()}
+
+    @property
+    def points(self) -> dict:
+        """{notebook: its points}: the sum of its grade cells' points (nbgrader's max_score for it)."""
+        return {nb: sum(grades.values()) for nb, grades in self.grades.items()}
+
+    @property
+    def total_points(self) -> float:
+        """The assignment's points: every notebook's, summed."""
+        return sum(self.points.values())
+
+    @property
+    def exercise(self) -> str | None:
+        """The graded exercise: the notebook holding the answer cell EXERCISE_ANSWER, or None when no
+        notebook does (another course)."""
+        return next((nb for nb, cells in self.cells.items() if any(c.grade_id == EXERCISE_ANSWER for c in cells)),
+                    None)
+
+    def part(self, answer: str) -> dict:
+        """{grade_id: points} of the grade cells that check the answer cell `answer` (a grade id): those
+        after it up to the next answer cell (the answer's own points too, if it is graded)."""
+        for cells in self.cells.values():
+            ids = [c.grade_id for c in cells]
+            if answer in ids:
+                start = ids.index(answer)
+                stop = next((i for i in range(start + 1, len(cells)) if cells[i].answer), len(cells))
+                return {c.grade_id: c.points for c in cells[start:stop] if c.graded}
+        raise CourseError(f"no answer cell {answer!r} in {self.source}")
 
     def cell_timeout(self) -> int:
         return int(self.config.Execute.get("timeout", 30))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """An answer or grade cell of a source notebook."""
+
+    grade_id: str
+    answer: bool          # a solution cell: the learner writes here
+    points: float | None  # a grade cell's points; None: not a grade cell
+
+    @property
+    def graded(self) -> bool:
+        return self.points is not None
 
 
 COURSE = Course(AUTOGRADER)
@@ -210,3 +280,22 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CourseError(f"{path.name}: not a valid notebook ({first})") from None
     return nb
+
+
+def main(course: Course = COURSE) -> None:
+    """Print each notebook's points and grade ids, the course's total, and the exercise's parts."""
+    for nb, grades in course.grades.items():
+        cells = ", ".join(f"{g} {p:g}" for g, p in grades.items()) or "no grade cells"
+        print(f"{nb}: {course.points[nb]:g} points ({cells})")
+    print(f"total: {course.total_points:g} points; the graded exercise: {course.exercise}")
+    for answer in (EXERCISE_ANSWER, CAPSTONE_ANSWER):
+        try:
+            part = course.part(answer)
+        except CourseError as exc:
+            print(exc)
+            continue
+        print(f"{answer}: {sum(part.values()):g} points ({', '.join(part)})")
+
+
+if __name__ == "__main__":
+    main()
