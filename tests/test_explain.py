@@ -282,7 +282,7 @@ def test_on_eight_devices_a_replicated_array_saves_the_whole_array_on_each_devic
 
 
 def test_the_summary_gives_the_range_when_devices_reuse_different_amounts():
-    # JAX 0.10.2 splits only evenly, so this is built by hand: a leaf with pieces
+    # JAX 0.12 splits only evenly, so this is built by hand: a leaf with pieces
     # of 8 and 4 bytes on two devices.
     from donation_lab.explain import DonationReport, LeafDonation
 

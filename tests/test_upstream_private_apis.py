@@ -19,16 +19,19 @@ def test_jit_info_static_argnums():
     # donation_lab/explain.py names each row of explain_donation's report after
     # its parameter; lowered.args_info leaves static positional arguments out and
     # JAX has no public record of which they are, so it reads
-    # fn._jit_info.static_argnums (jax 0.10.2), which jit completes from
-    # static_argnames. Without it the rows say "non-static argument k".
+    # fn._jit_info.static_argnums (jax 0.12.0.1), which jit completes from
+    # static_argnames and, where the signature is known, turns from negative
+    # into positive positions. Without it the rows say "non-static argument k".
     import jax
 
-    where = (f"donation_lab.explain reads jit's _jit_info.static_argnums as in jax 0.10.2, this is "
+    where = (f"donation_lab.explain reads jit's _jit_info.static_argnums as in jax 0.12.0.1, this is "
              f"{_version(jax)}: re-check _static_positions")
-    assert _version(jax) == "0.10.2", where
+    assert _version(jax) == "0.12.0.1", where
     by_name = jax.jit(lambda n, x: x * n, static_argnames="n")
     assert tuple(by_name._jit_info.static_argnums) == (0,), where
-    assert tuple(jax.jit(lambda x, n: x * n, static_argnums=-1)._jit_info.static_argnums) == (-1,), where
+    assert tuple(jax.jit(lambda x, n: x * n, static_argnums=-1)._jit_info.static_argnums) == (1,), where
+    # Without a fixed number of parameters it stays counted from the end.
+    assert tuple(jax.jit(lambda *a: a[0], static_argnums=-1)._jit_info.static_argnums) == (-1,), where
     assert tuple(jax.jit(lambda x: x)._jit_info.static_argnums) == (), where
 
 

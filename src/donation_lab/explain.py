@@ -51,7 +51,7 @@ _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}:\s*\((\d+),\s*\{[\d,\s]*\},\s*([\w-]+
 def input_shardings(compiled, n_leaves: int) -> list | None:
     """The compiled program's sharding of each argument leaf, from the public
     `compiled.input_shardings`, with None for a leaf jit dropped (jax
-    0.10.2); None when that is not available for every leaf."""
+    0.12); None when that is not available for every leaf."""
     import jax
 
     try:
@@ -262,7 +262,7 @@ def _static_positions(fn, n_positional: int) -> set | None:
     as static (and leaves out of `lowered.args_info`), as JAX resolves them:
     its static_argnums, which jit completes from static_argnames through the
     signature, a negative number counting from the end. None when `fn` does
-    not say (jax 0.10.2 keeps them in `fn._jit_info`)."""
+    not say (jax 0.12 keeps them in `fn._jit_info`)."""
     numbers = getattr(getattr(fn, "_jit_info", None), "static_argnums", None)
     if numbers is None:
         return None
