@@ -30,7 +30,7 @@ BLACKBOARD = ["Last Name", "First Name", "Username", "Student ID", "Last Access"
 def collect(root, **options):
     from donation_course.grading.lms import collect_files
 
-    found, preset = collect_files(root, COURSE.notebooks, ASSIGNMENT, **options)
+    found, preset = collect_files(root, COURSE.notebooks, ASSIGNMENT, exercise=COURSE.exercise, **options)
     return found, preset, {s: {nb: f.rel for nb, f in files.items()} for s, files in found.students.items()}
 
 

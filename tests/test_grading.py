@@ -252,13 +252,17 @@ def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):
 def test_naming_rules_for_flat_exports(tmp_path):
     from donation_course.grading.collect import collect
 
-    nbs = ["01_why_donate", EX]
+    nbs = [EX, "01_why_donate"]  # the exercise is the one named, wherever it sorts
     for name in ("Alice.ipynb", f"bob_{EX}.ipynb", "carol_01_why_donate.ipynb", "dave_12345_late.ipynb"):
         (tmp_path / name).write_text("{}")
-    found, preset = collect(tmp_path, nbs, ASSIGNMENT, tmp_path / "work")
+    found, preset = collect(tmp_path, nbs, ASSIGNMENT, tmp_path / "work", exercise=EX)
     assert preset == "flat" and not found.problems
     assert {s: sorted(f) for s, f in found.students.items()} == {
         "Alice": [EX], "bob": [EX], "carol": ["01_why_donate"], "dave": [EX]}
+    found, _ = collect(tmp_path, nbs, ASSIGNMENT, tmp_path / "work2")  # a course with no graded exercise
+    assert {s: sorted(f) for s, f in found.students.items()} == {
+        "Alice": [], "bob": [EX], "carol": ["01_why_donate"], "dave": []}  # listed, with why in the CSV
+    assert sorted(p.split(":")[0] for p in found.problems) == ["Alice.ipynb", "dave_12345_late.ipynb"], found.problems
 
 
 def test_strip_hidden_keeps_public_source_and_learner_message():

@@ -57,7 +57,7 @@ def late_course(course, env):
 def collect(root, lms=None):
     from donation_course.grading.lms import collect_files
 
-    found, preset = collect_files(root, NBS, ASSIGNMENT, lms=lms)
+    found, preset = collect_files(root, NBS, ASSIGNMENT, lms=lms, exercise=COURSE.exercise)
     return found, preset, {s: {nb: f.rel for nb, f in files.items()} for s, files in found.students.items()}
 
 

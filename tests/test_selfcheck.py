@@ -148,7 +148,7 @@ def test_a_lesson_file_beside_students_files_is_a_problem_not_a_student(tmp_path
 
     for name in (f"{EX}.ipynb", f"ann_{EX}.ipynb", f"{FIRST} (2).ipynb", "bob.ipynb"):
         (tmp_path / name).write_text("{}")
-    found, preset = collect_files(tmp_path, COURSE.notebooks, COURSE.assignment)
+    found, preset = collect_files(tmp_path, COURSE.notebooks, COURSE.assignment, exercise=COURSE.exercise)
     assert preset == "flat" and sorted(found.students) == ["ann", "bob"]
     assert sorted(found.lesson_files) == [f"{FIRST} (2).ipynb", f"{EX}.ipynb"]
     assert all("./course check" in p for p in found.problems) and len(found.problems) == 2

@@ -156,7 +156,7 @@ def write_class_report(course: Course, summaries: dict[str, Summary], out: Path,
         from .report import class_rows
 
         rows, checks = class_rows(course, summaries)
-    counted = counted_notebooks(export_settings(course, settings).lms_points, course.notebooks)
+    counted = counted_notebooks(export_settings(course, settings).lms_points, course.notebooks, course.exercise)
     figs = figures(course, rows, checks, counted)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{PNG}.tmp"

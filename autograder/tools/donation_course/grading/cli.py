@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
                    help="assignment column of canvas-import.csv, as Canvas names it, e.g. 'Buffer Donation (123)', "
                    "or Canvas's gradebook export (.csv) to take it from")
     p.add_argument("--blackboard-column", default=None, metavar="HEADER",
-                   help="Grade Center column of blackboard-import.csv, e.g. 'Buffer Donation [Total Pts: 22 Score] "
+                   help="Grade Center column of blackboard-import.csv, e.g. 'Buffer Donation [Total Pts: 100 Score] "
                    "|1234', or Blackboard's Grade Center download to take it from")
     p.add_argument("--lms-points", default=None, metavar="all|exercise|NB,NB",
                    help="what the LMS import files' grade counts: every notebook (all, the default), the graded "
@@ -97,7 +97,7 @@ def settings_from(args: argparse.Namespace, course: Course) -> GradingSettings:
         settings.validate()
         settings.timezone = settings.timezone or course_timezone(course.config)
         zone(settings.timezone)
-        counted_notebooks(settings.lms_points, course.notebooks)
+        counted_notebooks(settings.lms_points, course.notebooks, course.exercise)
     except ValueError as exc:
         raise CourseError(str(exc)) from None
     return settings

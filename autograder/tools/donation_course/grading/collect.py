@@ -47,7 +47,7 @@ def collect(src: Path, notebooks: list, assignment: str, workdir: Path, lms: str
             **options):
     """(Collected, preset) for SUBMISSIONS, or CourseError; a zip, or a single
     notebook file, goes to workdir. Nobody to grade is a CourseError in one line.
-    `options` go to lms.collect_files (timezone, source)."""
+    `options` go to lms.collect_files (timezone, source, exercise)."""
     if not src.exists():
         raise CourseError(f"{src}: no such file or folder")
     problems = []

@@ -60,12 +60,16 @@ class LmsGrade:
     note: str               # why it is blank ('' when it is not)
 
 
-def counted_notebooks(spec: str, notebooks: list[str]) -> list[str]:
-    """The notebooks an LMS grade counts: 'all', 'exercise' (the last one), or names separated by commas."""
+def counted_notebooks(spec: str, notebooks: list[str], exercise: str | None) -> list[str]:
+    """The notebooks an LMS grade counts: 'all', 'exercise' (the graded exercise, Course.exercise), or
+    names separated by commas."""
     if spec in ("", "all"):
         return list(notebooks)
     if spec == "exercise":
-        return notebooks[-1:]
+        if exercise is None:
+            raise ValueError("--lms-points exercise: this assignment has no graded exercise (no notebook holds "
+                             "its answer cell); name the notebooks instead")
+        return [exercise]
     names = [n.strip().removesuffix(".ipynb") for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in notebooks]
     if unknown or not names:
@@ -189,7 +193,7 @@ def blackboard_rows(grades: list[LmsGrade], rows: list[dict], header: str) -> li
 
 def write_exports(course: Course, rows: list[dict], out: Path, settings) -> list[str]:
     """Write the three import files and import-notes.csv; return notes for the instructor (one line each)."""
-    counted = counted_notebooks(settings.lms_points, course.notebooks)
+    counted = counted_notebooks(settings.lms_points, course.notebooks, course.exercise)
     grades = [lms_grade(row, counted) for row in rows]
     top = grades[0].max_points if grades else 0.0
     title = course.assignment

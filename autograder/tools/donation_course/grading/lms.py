@@ -105,8 +105,8 @@ COPY_SUFFIX = re.compile(r"(?: \(\d+\)|-Copy\d+)$")  # a browser's ` (1)`, Jupyt
 
 
 def lesson_file(rel: str, notebooks: list):
-    """The course notebook whose own file name `rel` bears (`07_update_with_donate.ipynb`,
-    with a copy suffix allowed), or None: such a file names no student."""
+    """The course notebook whose own file name `rel` bears (`03_pitfalls.ipynb`, with a copy
+    suffix allowed), or None: such a file names no student."""
     stem = COPY_SUFFIX.sub("", Path(rel).stem) if rel.endswith(".ipynb") else None
     return stem if stem in notebooks else None
 
@@ -163,9 +163,11 @@ def valid_student_id(sid: str) -> bool:
 
 
 def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None, regex: str = None,
-                  timezone: str = "", source: Path = None) -> tuple:
+                  timezone: str = "", source: Path = None, exercise: str = None) -> tuple:
     """(Collected, preset name) for every file under `root`; file-name times read in `timezone`; with
-    the assignment's `source` folder, a notebook that is not the assignment's is a problem, not graded."""
+    the assignment's `source` folder, a notebook that is not the assignment's is a problem, not graded.
+    In a flat export, a file that names a student but no notebook (`<student>.ipynb`) is the graded
+    `exercise` (Course.exercise; None: such a file matches no notebook)."""
     files = sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
     rels = [p.relative_to(root).as_posix() for p in files]
     if regex:
@@ -215,12 +217,12 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
             continue
         file_id = gd.get("file_id")
         if lms == "flat" and not file_id:
-            nb = notebooks[-1]  # <student>.ipynb: the graded exercise
+            nb = exercise  # <student>.ipynb: the graded exercise
         else:
             fname = (file_id or "") + (gd.get("ext") or "")
             nb = notebook_of(fname if fname.endswith(".ipynb") else fname + ".ipynb", notebooks)
             if nb is None and lms == "flat":
-                nb = notebooks[-1]  # <student>_<anything>.ipynb: the graded exercise
+                nb = exercise  # <student>_<anything>.ipynb: the graded exercise
         if nb is None:
             out.student_problem(sid, f"{rel}: matches none of the assignment's notebooks "
                                      f"({', '.join(notebooks)}); not graded")

@@ -103,7 +103,7 @@ class Run:
         self.found, _preset = collect(src.resolve() if src.exists() else src, self.course.notebooks,
                                       self.course.assignment, workdir, lms=self.settings.lms or None,
                                       regex=self.settings.name_regex or None, timezone=self.settings.timezone,
-                                      source=self.course.source)
+                                      source=self.course.source, exercise=self.course.exercise)
         for line in self.found.notes:
             say(f"note: {line}")
         for line in self.found.problems:

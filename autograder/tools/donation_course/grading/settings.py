@@ -81,10 +81,10 @@ class GradingSettings(Configurable):
         config=True)
     # --- the LMS import files (exports.py) and the LMS's times (lms.py)
     lms_points = Unicode("all", help="What the LMS import files' grade counts: 'all' (every notebook of the "
-                         "assignment), 'exercise' (the graded last notebook alone), or notebook names separated "
+                         "assignment), 'exercise' (the graded exercise's notebook alone), or notebook names separated "
                          "by commas; nbgrader's late penalty of those notebooks is taken off.").tag(config=True)
     blackboard_column = Unicode("", help="The Grade Center column of blackboard-import.csv as Blackboard's "
-                                "download names it ('Title [Total Pts: 22 Score] |123456'), or that download "
+                                "download names it ('Title [Total Pts: 100 Score] |123456'), or that download "
                                 "file to read it from.").tag(config=True)
     timezone = Unicode("", help="The zone of an LMS's local times (Blackboard's attempt times, a --name-regex's "
                        "timestamp), e.g. 'Europe/Berlin'; '' is the course's nbgrader timezone "
