@@ -36,7 +36,9 @@ def test_donation_request_of_a_plain_function_is_read_from_what_a_call_does():
     x = jnp.ones(3)
     step = jax.jit(lambda s, d: s + d, donate_argnums=0)
     both = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))
-    step(jnp.ones(3), x), both(jnp.ones(3), jnp.ones(3))  # compiled already: the warning must still be seen
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step(jnp.ones(3), x), both(jnp.ones(3), jnp.ones(3))  # compiled already: the warning must still be seen
     assert checks.donation_request(lambda s, d: step(s, d), x, x) == ((True, False), {})
     assert checks.donation_request(lambda s, d: both(s, d), x, x) == ((True, True), {})
     assert checks.donation_request(lambda s, d: s + d, x, x) == ((False, False), {})
@@ -88,7 +90,7 @@ def test_expect_equal_passes_on_the_same_value_and_type(capsys):
 def test_expect_equal_fails_on_another_value_or_type_and_names_both():
     with pytest.raises(checks.CheckFailed, match=r"^alias_bytes: expected 4000, got 3999\.\nHint: h$"):
         checks.expect_equal("alias_bytes", 3999, 4000, hint="h")
-    with pytest.raises(checks.CheckFailed, match=r"expected 4000, got 4000\.0"):
+    with pytest.raises(checks.CheckFailed, match=r"^alias_bytes: expected 4000, got 4000\.0 \(a float, not an int\)\.$"):
         checks.expect_equal("alias_bytes", 4000.0, 4000)
 
 
@@ -261,3 +263,157 @@ def test_the_hidden_checks_loaded_at_kernel_start_leave_the_device_count_to_the_
             "print(len(jax.devices()))\n")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.stdout.strip() == "8", r.stdout + r.stderr
+
+
+# ---- issue #28: the wrong answers learners type, each with its message (one paragraph, no traceback) ----
+
+def test_a_wrong_number_of_the_right_type_is_not_told_its_type_and_a_float_is(capsys):
+    """Exercise 1.2 (alias_bytes, an int): an int that is wrong is only wrong; a
+    float is told it is a float; a NumPy int of the right value is right."""
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_equal("alias_bytes", 3999, 4000, reveal=False)
+    assert str(info.value) == ("alias_bytes: 3999 is not right yet (the answer is not shown, so you can try "
+                               "again).")
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_equal("alias_bytes", 4000.0, 4000, reveal=False)
+    assert str(info.value) == "alias_bytes: 4000.0 is a float, but the answer is an int."
+    with pytest.raises(checks.CheckFailed, match=r"^alias_bytes: 4000 is an array, but the answer is an int\. "
+                                                 r"Convert it: int\(\.\.\.\)\.$"):
+        checks.expect_equal("alias_bytes", jnp.asarray(4000).__array__(), 4000, reveal=False)
+    with pytest.raises(checks.CheckFailed, match="True is a bool"):
+        checks.expect_equal("alias_bytes", True, 1, reveal=False)
+    import numpy as np
+
+    checks.expect_equal("alias_bytes", 4000, 4000, reveal=False)
+    checks.expect_equal("alias_bytes", np.int64(4000), 4000, reveal=False)  # np.prod(shape) * 4 is right too
+    checks.expect_equal("old_is_gone", np.bool_(True), True, reveal=False)
+    assert capsys.readouterr().out.count("\u2714 ") == 3
+
+
+def test_a_method_passed_without_calling_it_is_told_to_call_it(capsys):
+    """Exercise 2.2: `old_is_gone = old.is_deleted` (no brackets) gave
+    '<nanobind.nb_bound_method ...> is not right yet'."""
+    old = jnp.ones(2)
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_equal("old_is_gone", old.is_deleted, False, reveal=False, hint="h")
+    assert str(info.value) == ("old_is_gone: you passed the method itself, not its result; call it: "
+                               "x.is_deleted() (with the brackets).\nHint: h")
+    assert "nanobind" not in str(info.value)
+    with pytest.raises(checks.CheckFailed, match=r"you passed the method itself, not its result; call it: x\.sum\(\)"):
+        checks.expect_allclose("f(x)", old.sum, 2.0)
+    with pytest.raises(checks.CheckFailed, match=r"you passed the function train_step itself, not its result"):
+        def train_step():
+            return None
+        checks.expect_allclose("out", train_step, [1.0])
+    checks.expect_equal("old_is_gone", old.is_deleted(), False, reveal=False)
+    assert capsys.readouterr().out == "\u2714 old_is_gone is False (public check only).\n"
+
+
+def test_an_exception_returned_instead_of_its_message_is_told_to_return_str_exc(capsys):
+    """Exercise 5.2 gave "expected a message naming sqrt, got FloatingPointError('...sqrt')"."""
+    exc = FloatingPointError("invalid value (nan) encountered in sqrt")
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_text("find_nan on a negative grad", exc, "sqrt", hint="h")
+    assert str(info.value) == ("find_nan on a negative grad: your answer returned the exception itself "
+                               "(FloatingPointError), not its message. Return the text instead: `return str(exc)`."
+                               "\nHint: h")
+    with pytest.raises(checks.CheckFailed, match=r"got None\. Did your function `return` the message\?"):
+        checks.expect_text("find_nan", None, "sqrt")
+    with pytest.raises(checks.CheckFailed, match=r"^find_nan: expected a message naming sqrt, got 'nan in log'\.$"):
+        checks.expect_text("find_nan", "nan in log", "sqrt")
+    with pytest.raises(checks.CheckFailed, match="returned the exception itself"):
+        checks.expect_equal("find_nan", exc, "a message")
+    checks.expect_text("find_nan on a negative grad", str(exc), "sqrt")
+    assert capsys.readouterr().out == ("\u2714 find_nan on a negative grad is a message naming sqrt "
+                                       "(public check only).\n")
+
+
+def test_an_exception_in_the_learners_function_is_one_paragraph_naming_its_type_and_first_line(capsys):
+    def subtracts_dicts(p, g):
+        return p - g  # the NumPy habit of exercise 4.1, on dicts
+
+    def raises_two_lines(p, g):
+        raise ValueError("first line\nsecond line")
+
+    args = (jnp.ones(3), jnp.ones(3))
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_in_place("step", raises_two_lines, args, hint="h")
+    assert str(info.value) == "step: calling it raised ValueError: first line.\nHint: h"
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.call("sgd_update(params, grads)", subtracts_dicts, {"w": jnp.ones(2)}, {"w": jnp.ones(2)})
+    assert str(info.value).startswith("sgd_update(params, grads): calling it raised TypeError: unsupported operand")
+    assert "\n" not in str(info.value) and "Traceback" not in str(info.value)
+    traced = jax.jit(lambda s, d: s + d["missing"], donate_argnums=0)  # raises while lowering
+    for check in (lambda: checks.expect_donation_request("apply_delta", traced, args, ("state", "delta"), ["state"]),
+                  lambda: checks.expect_kept("apply_delta", traced, args, ("state", "delta"), ["delta"]),
+                  lambda: checks.donation_request(lambda s, d: traced(s, d), *args)):
+        with pytest.raises(checks.CheckFailed, match=r"calling it raised (TypeError|IndexError)"):
+            check()
+    with pytest.raises(checks.CheckFailed, match="should be a function, got an int"):
+        checks.expect_kept("apply_delta", 3, args, ("state", "delta"), ["delta"])
+    good = jax.jit(lambda p, g: p - g, donate_argnums=0)
+    assert checks.call("step", good, jnp.ones(2), jnp.ones(2)).tolist() == [0.0, 0.0]
+    checks.expect_in_place("step", good, args)
+    assert capsys.readouterr().out.startswith("\u2714 step puts its result in the buffer of argument 0")
+
+
+def test_warnings_while_a_check_lowers_or_calls_the_function_stay_inside_the_check(capsys):
+    """Exercises 2.1 and 3.1: JAX's 'not usable' warning, given while a check
+    lowers the learner's function, printed above the check with a
+    site-packages path. Now the check quotes its first line in its message."""
+    names, args = ("velocity", "params", "grads"), (jnp.zeros(3), jnp.ones(3), jnp.ones(3))
+    greedy = jax.jit(lambda v, p, g: 0.9 * v + g, donate_argnums=(0, 2))
+    over = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        with pytest.raises(checks.CheckFailed) as kept:
+            checks.expect_kept("momentum_step", greedy, args, names, kept=["params", "grads"], hint="h")
+        with pytest.raises(checks.CheckFailed) as request:
+            checks.expect_donation_request("apply_delta", over, args[:2], ("state", "delta"), ["state"])
+        with pytest.raises(checks.CheckFailed) as observed:  # a plain wrapper: called, with caches cleared
+            checks.expect_donation_request("apply_delta", lambda s, d: over(s, d), args[:2], ("state", "delta"),
+                                           ["state"])
+    assert escaped == []
+    note = ('While the check ran it, JAX warned "Some donated buffers were not usable: float32[3]" (no output '
+            'of the same shape and dtype was left to take that buffer, so JAX kept it).')
+    assert str(kept.value) == ("momentum_step asks to donate grads, but the caller reads it again after the call. "
+                               + note + "\nHint: h")
+    assert str(request.value) == ("arguments apply_delta asks to donate: expected ['state'], got ['delta', "
+                                  "'state']. " + note)
+    assert "Some donated buffers were not usable" in str(observed.value)
+    for message in (kept, request, observed):
+        assert "site-packages" not in str(message.value) and "See an explanation" not in str(message.value)
+    right = jax.jit(lambda v, p, g: 0.9 * v + g, donate_argnums=0)
+    checks.expect_kept("momentum_step", right, args, names, kept=["params", "grads"])
+    assert capsys.readouterr().out == ("\u2714 momentum_step donates none of params, grads, which the caller reads "
+                                       "again (public check only).\n")
+
+
+def test_what_a_check_cell_shows_in_a_real_kernel_has_no_warning_log_line_or_traceback():
+    """In a notebook: a wrong answer to 3.1 (its warning at lowering), tied
+    leaves given to a donating step (XLA logs an error line on the process's
+    stderr, which ipykernel shows in the cell) and a function that raises each
+    give the check's message alone: no stderr output, no traceback."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import jax, jax.numpy as jnp\nfrom donation_lab import checks\n"
+                                  "greedy = jax.jit(lambda v, p, g: 0.9 * v + g, donate_argnums=(0, 2))\n"
+                                  "tied = jnp.ones(3)\nstep = jax.jit(lambda p: jax.tree.map(lambda a: a - 1, p), "
+                                  "donate_argnums=0)"),
+        nbformat.v4.new_code_cell("checks.expect_kept('momentum_step', greedy, (jnp.zeros(3), jnp.ones(3), "
+                                  "jnp.ones(3)), ('velocity', 'params', 'grads'), kept=['params', 'grads'])"),
+        nbformat.v4.new_code_cell("checks.call('apply_grads(untied_params, grads)', step, {'w': tied, 'b': tied})"),
+        nbformat.v4.new_code_cell("checks.expect_in_place('sgd_update', lambda p, g: p - g['w'], "
+                                  "(jnp.ones(2), jnp.ones(2)))"),
+    ])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    for cell, start in zip(nb.cells[1:], ("momentum_step asks to donate grads", "apply_grads(untied_params, grads): "
+                                          "calling it raised JaxRuntimeError: INVALID_ARGUMENT: Attempt to donate "
+                                          "the same buffer twice", "sgd_update: calling it raised TypeError")):
+        assert [o.output_type for o in cell.outputs] == ["error"], cell.outputs
+        error = cell.outputs[0]
+        assert error.ename == "CheckFailed" and len(error.traceback) == 1, error.traceback
+        assert error.traceback[0].startswith(start), error.traceback
+        assert "site-packages" not in error.traceback[0] and "Traceback" not in error.traceback[0]
