@@ -1,14 +1,15 @@
-"""The capstone of notebook 7 graded end to end through `./course grade`
+"""The capstone of the graded notebook graded end to end through `./course grade`
 (scratch course, 2 workers) on its corpus (donation_course/corpus/capstone.py):
 every case gets its expected score, loses points exactly in the grade cells
 it should, and its feedback never shows the hidden checks' source."""
 import pytest
 
 from donation_course.corpus import capstone as corpus
+from donation_course.corpus import exercise as exercise_corpus
+from donation_course.course import EXERCISE_ANSWER
 from helpers import grade_corpus, read_grades
 
-GRADE_IDS = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-untied", "cap-nan-hunt",
-             "cap-loop"]
+GRADE_IDS = corpus.GRADE_IDS  # the grade cells after the capstone's answer cell, read from the source
 
 
 @pytest.fixture(scope="module")
@@ -17,13 +18,17 @@ def graded(tmp_path_factory, env, generated_course):
     return course, read_grades(course / ".grading" / "grades.csv")
 
 
-def test_the_capstone_is_worth_capstone_max():
+def test_the_capstone_is_its_cap_grade_cells_in_the_learner_copy():
+    """The capstone's part as the course derives it (the grade cells after its answer cell in the source) is
+    every grade cell named cap-* in the released learner copy, with the same points."""
     import nbformat
 
     nb = nbformat.read(corpus.LEARNER, as_version=4)
     points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
               if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"]["grade_id"].startswith("cap-")}
-    assert sorted(points) == sorted(GRADE_IDS) and sum(points.values()) == corpus.CAPSTONE_MAX
+    assert list(points) == GRADE_IDS and sum(points.values()) == corpus.CAPSTONE_MAX > 0
+    assert set(corpus.CASES["cap-unanswered"][2]) == set(GRADE_IDS) and corpus.CASES["cap-unanswered"][1] == 0
+    assert all(corpus.CASES[s][1] == corpus.CAPSTONE_MAX for s in ("cap-right", "cap-argnums", "cap-separate-debug"))
 
 
 @pytest.mark.parametrize("student", sorted(corpus.CASES))
@@ -34,6 +39,7 @@ def test_each_capstone_answer_gets_its_expected_score(graded, student):
     assert float(row[corpus.EXERCISE]) == corpus.EXERCISE_POINTS + score, row
     lost = {gid for gid in GRADE_IDS if f"{corpus.EXERCISE}/{gid} (0/" in row["reason"]}
     assert lost == set(losing), row["reason"]
-    assert "ex-" not in row["reason"], row["reason"]  # the exercise is answered right in every case
+    for gid in [EXERCISE_ANSWER, *exercise_corpus.EXERCISE_GRADES]:  # the exercise is answered right in every case
+        assert f"{corpus.EXERCISE}/{gid}" not in row["reason"], row["reason"]
     feedback = (course / ".grading" / "feedback" / f"{student}.html").read_text()
     assert "_dl_capstone" not in feedback and "check_nan_hunt" not in feedback

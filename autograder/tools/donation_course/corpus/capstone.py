@@ -1,7 +1,9 @@
-"""The capstone's grading corpus: one learner copy of notebook 7 per case, the
-exercise answered correctly (10 points) and the capstone answered right or
-wrong. The expected capstone score of each case is in CASES (out of
-CAPSTONE_MAX); a case's total is EXERCISE_POINTS + its capstone score.
+"""The capstone's grading corpus: one learner copy of the graded notebook per
+case, the exercise answered correctly (EXERCISE_POINTS) and the capstone
+answered right or wrong. Each case names the capstone checks (grade ids) it
+must fail; its expected capstone score in CASES is CAPSTONE_MAX less their
+points, all read from the source notebook (donation_course.course), and a
+case's total is EXERCISE_POINTS + its capstone score.
 
     python -m donation_course.corpus.capstone DEST   # writes DEST/<student>_<notebook>.ipynb
 """
@@ -11,12 +13,13 @@ from pathlib import Path
 import nbformat
 from nbgrader.utils import is_solution
 
-from ..course import grade_id
+from ..course import CAPSTONE_ANSWER, grade_id
 from . import exercise as exercise_corpus
 
 LEARNER = exercise_corpus.LEARNER
 EXERCISE = exercise_corpus.EXERCISE
 EXERCISE_POINTS = exercise_corpus.EXERCISE_MAX
+GRADE_IDS = list(exercise_corpus.CAPSTONE_GRADES)  # the capstone's checks, in the notebook's order
 CAPSTONE_MAX = exercise_corpus.CAPSTONE_POINTS
 
 INIT = """def init_opt_state(params):
@@ -42,12 +45,12 @@ HUNT = """def hunt_nans(params, opt_state, x, y):
 """
 RIGHT = INIT + STEP + HUNT
 
-# student: (capstone answer source, expected capstone points, grade ids that must lose points)
-CASES = {
+# student: (capstone answer source, grade ids that must lose points)
+FAILS = {
     # right, written two ways
-    "cap-right":        (RIGHT, 12, []),
+    "cap-right":        (RIGHT, []),
     "cap-argnums":      (INIT + STEP.replace('donate_argnames=("params", "opt_state")', "donate_argnums=(0, 1)") + HUNT,
-                         12, []),
+                         []),
     # right: lesson 5's recipe, a separate non-donating jit for the hunt (train_step is never touched)
     "cap-separate-debug": (INIT + STEP.replace('@functools.partial(jax.jit, donate_argnames=("params", "opt_state"))\n'
                                                'def train_step(', "def _step(")
@@ -58,28 +61,29 @@ CASES = {
                            + "            jax.jit(_step)(params, opt_state, x, y)\n"
                            + "        except FloatingPointError as exc:\n"
                            + "            return str(exc)\n"
-                           + "    return None\n", 12, []),
+                           + "    return None\n", []),
     # wrong
-    "cap-nodonate":     (INIT + STEP.replace(', donate_argnames=("params", "opt_state")', "") + HUNT, 3,
-                         ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]),
+    "cap-nodonate":     (INIT + STEP.replace(', donate_argnames=("params", "opt_state")', "") + HUNT,
+                         exercise_corpus.NOT_DONATING),
     "cap-params-only":  (INIT + STEP.replace('donate_argnames=("params", "opt_state")', 'donate_argnames="params"')
-                         + HUNT, 3,
-                         ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]),
+                         + HUNT, exercise_corpus.NOT_DONATING),
     "cap-overdonate":   (INIT + STEP.replace('donate_argnames=("params", "opt_state")',
-                                             'donate_argnames=("params", "opt_state", "x")') + HUNT, 10,
+                                             'donate_argnames=("params", "opt_state", "x")') + HUNT,
                          # x cannot be reused (no output fits) so it survives: only the request shows it
                          ["cap-donated-leaves"]),
-    "cap-tied":         (INIT.replace("jax.tree.map(jnp.zeros_like, params)", "params") + STEP + HUNT, 10,
+    "cap-tied":         (INIT.replace("jax.tree.map(jnp.zeros_like, params)", "params") + STEP + HUNT,
                          ["cap-public", "cap-untied"]),
     "cap-no-momentum":  (INIT + STEP.replace("p - LR * m, params, m", "p - LR * g, params, grads")
-                         .replace("lambda p, m:", "lambda p, g:") + HUNT, 10, ["cap-values"]),
-    "cap-no-clear-before": (INIT + STEP + HUNT.replace("    train_step.clear_cache()\n    try:", "    try:"), 10,
+                         .replace("lambda p, m:", "lambda p, g:") + HUNT, ["cap-values"]),
+    "cap-no-clear-before": (INIT + STEP + HUNT.replace("    train_step.clear_cache()\n    try:", "    try:"),
                             ["cap-nan-hunt"]),
-    "cap-no-clear-after": (INIT + STEP + HUNT.replace("    finally:\n        train_step.clear_cache()\n", ""), 8,
+    "cap-no-clear-after": (INIT + STEP + HUNT.replace("    finally:\n        train_step.clear_cache()\n", ""),
                            ["cap-nan-hunt", "cap-loop"]),
-    "cap-unanswered":   (None, 0, ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-untied",
-                                   "cap-nan-hunt", "cap-loop"]),
+    "cap-unanswered":   (None, GRADE_IDS),  # every check fails
 }
+# student: (capstone answer source, expected capstone points, grade ids that must lose points)
+CASES = {student: (answer, exercise_corpus.capstone_points(failed), failed)
+         for student, (answer, failed) in FAILS.items()}
 
 
 def build(dest: Path) -> dict:
@@ -88,7 +92,7 @@ def build(dest: Path) -> dict:
         nb = nbformat.read(LEARNER, as_version=4)
         for c in nb.cells:
             if is_solution(c):
-                if grade_id(c) == "cap-answer":
+                if grade_id(c) == CAPSTONE_ANSWER:
                     if answer is not None:
                         c.source = answer
                 else:

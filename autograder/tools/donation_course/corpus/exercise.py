@@ -1,7 +1,8 @@
 """The exercise's grading corpus: one learner copy of the graded notebook per
 case, with a different answer to update_with_donate (or a different kind of
-breakage). The expected score of each case is in CASES (out of
-EXERCISE_MAX for the exercise's cells).
+breakage). The expected score of each case is in CASES (its exercise score,
+out of EXERCISE_MAX, plus what it earns in the capstone). Every number of
+points is read from the source notebook's grade cells (donation_course.course).
 
     python -m donation_course.corpus.exercise DEST   # writes DEST/<student>_<notebook>.ipynb
 """
@@ -12,13 +13,15 @@ from pathlib import Path
 import nbformat
 from nbgrader.utils import is_grade, is_solution
 
-from ..course import COURSE, NOTEBOOKS, grade_id
+from ..course import CAPSTONE_ANSWER, COURSE, EXERCISE_ANSWER, NOTEBOOKS, grade_id
 
-EXERCISE = COURSE.notebooks[-1]  # the graded notebook is the last one
+EXERCISE = COURSE.exercise  # the graded notebook: the one holding update_with_donate's answer cell
 LEARNER = NOTEBOOKS / f"{EXERCISE}.ipynb"
-EXERCISE_MAX = 10   # update_with_donate's cells
-CAPSTONE_POINTS = 12  # the capstone's cells, answered right in every case below (corpus/capstone.py)
-MAX = EXERCISE_MAX + CAPSTONE_POINTS
+EXERCISE_GRADES = COURSE.part(EXERCISE_ANSWER)  # {grade_id: points} of update_with_donate's checks
+CAPSTONE_GRADES = COURSE.part(CAPSTONE_ANSWER)  # {grade_id: points} of the capstone's checks
+EXERCISE_MAX = sum(EXERCISE_GRADES.values())
+CAPSTONE_POINTS = sum(CAPSTONE_GRADES.values())  # answered right in every case below but CAPSTONE's (capstone.py)
+MAX = COURSE.points[EXERCISE]  # the notebook's points: a case that answers both parts right
 # Cases in which the capstone's cells never run or score: the kernel dies, the file is not a notebook, or
 # nothing is answered. Every other case gets CAPSTONE_POINTS on top of its exercise score.
 NO_CAPSTONE = {"kernelexit", "kernelkill", "malformed", "unanswered"}
@@ -32,27 +35,27 @@ FLAG = "flagged for manual grading"
 # student: (answer cell source or a special edit, expected score, expected status, reason must contain)
 CASES = {
     # correct, written several ways
-    "partial":      (PARTIAL, 10, "ok", ""),
+    "partial":      (PARTIAL, EXERCISE_MAX, "ok", ""),
     "wrapped":      ("def _f(state, delta):\n    return state + delta\n"
-                     "update_with_donate = jax.jit(_f, donate_argnums=0)\n", 10, "ok", ""),
+                     "update_with_donate = jax.jit(_f, donate_argnums=0)\n", EXERCISE_MAX, "ok", ""),
     "argnames":     ("def _f(state, delta):\n    return state + delta\n"
-                     "update_with_donate = jax.jit(_f, donate_argnames='state')\n", 10, "ok", ""),
+                     "update_with_donate = jax.jit(_f, donate_argnames='state')\n", EXERCISE_MAX, "ok", ""),
     "lambda":       ("update_with_donate = jax.jit(lambda state, delta: state + delta, donate_argnums=(0,))\n",
-                     10, "ok", ""),
+                     EXERCISE_MAX, "ok", ""),
     "plainwrapper": ("_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n"
-                     "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 10, "ok", ""),
+                     "def update_with_donate(state, delta):\n    return _step(state, delta)\n", EXERCISE_MAX, "ok", ""),
     "classy":       ("class Updater:\n    def __init__(self):\n"
                      "        self.step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
                      "    def __call__(self, state, delta):\n        return self.step(state, delta)\n\n"
-                     "update_with_donate = Updater()\n", 10, "ok", ""),
+                     "update_with_donate = Updater()\n", EXERCISE_MAX, "ok", ""),
     # correct, with what honest answers use: warnings and %timeit (lesson 3), functools.partial,
     # jax.tree_util, jax.lax, dataclasses, type hints, a helper function, jnp methods, np.asarray
     "warnedtimed":  (PARTIAL + "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n"
                      "    out = update_with_donate(jnp.ones(3), jnp.ones(3))\n"
-                     "%timeit -n 2 -r 1 update_with_donate(jnp.ones(3), jnp.ones(3))\n", 10, "ok", ""),
+                     "%timeit -n 2 -r 1 update_with_donate(jnp.ones(3), jnp.ones(3))\n", EXERCISE_MAX, "ok", ""),
     "treelax":      ("from functools import partial\n\n@partial(jax.jit, donate_argnums=(0,))\n"
                      "def update_with_donate(state, delta):\n"
-                     "    return jax.tree_util.tree_map(jax.lax.add, state, delta)\n", 10, "ok", ""),
+                     "    return jax.tree_util.tree_map(jax.lax.add, state, delta)\n", EXERCISE_MAX, "ok", ""),
     "dataclassy":   ("import dataclasses\nfrom typing import Callable\nimport numpy as np\n\n\n"
                      "def add_arrays(state: jax.Array, delta: jax.Array) -> jax.Array:\n"
                      "    return jnp.add(state, delta)\n\n\n"
@@ -61,7 +64,7 @@ CASES = {
                      "        return self.fn(state, delta)\n\n\n"
                      "update_with_donate = Step(jax.jit(add_arrays, donate_argnums=0))\n"
                      "print(np.asarray(update_with_donate(jnp.ones(2), jnp.ones(2))).sum(), jnp.ones(2).mean())\n",
-                     10, "ok", ""),
+                     EXERCISE_MAX, "ok", ""),
     # wrong
     "nodonate":     ("update_with_donate = jax.jit(lambda state, delta: state + delta)\n",
                      4, "partial", "still alive"),
@@ -74,18 +77,18 @@ CASES = {
     "manualdelete": ("def update_with_donate(state, delta):\n"
                      "    out = state + delta\n    state.delete()\n    return out\n", 6, "partial", "new buffer"),
     "copying":      ("@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n"
-                     "    return jnp.array(state + delta, copy=True)\n", 10, "ok", ""),
+                     "    return jnp.array(state + delta, copy=True)\n", EXERCISE_MAX, "ok", ""),
     # broken
     "syntax":       ("def update_with_donate(state, delta)\n    return state + delta\n", 0, "partial", "SyntaxError"),
     "importerror":  ("import no_such_module_xyz\n" + PARTIAL, 0, "partial", "ModuleNotFoundError"),
-    "loopafter":    (PARTIAL + "while True:\n    pass\n", 10, "ok", ""),
+    "loopafter":    (PARTIAL + "while True:\n    pass\n", EXERCISE_MAX, "ok", ""),
     "kernelexit":   ("import os\nos._exit(1)\n", 0, "flagged", "kernel died"),
     "kernelkill":   ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 0, "flagged", "kernel died"),
     # 1.5 GB into the working folder (the scan flags tofile; the notebook still runs, sandboxed): stops at the
     # disk cap (ENOSPC) and the class goes on
     "diskfill":     (PARTIAL + "import numpy as np\nfor i in range(24):\n    np.ones(2**23).tofile(f'fill-{i}')\n",
                      0, "flagged", "disk cap"),
-    "memoryhog":    (PARTIAL + "import numpy as np\nhog = np.ones(2**31)\n", 10, "ok", ""),
+    "memoryhog":    (PARTIAL + "import numpy as np\nhog = np.ones(2**31)\n", EXERCISE_MAX, "ok", ""),
     "tamperer":     (PARTIAL.replace("state + delta", "state * 0") +
                      "import numpy as np, builtins, jax.numpy as jnp\n"
                      "np.allclose = lambda *a, **k: True\nnp.array_equal = lambda *a, **k: True\n"
@@ -114,7 +117,7 @@ CASES = {
     "viaglobals":   (WRONG + "g = globals()\ng['checks'] = None\n", 0, "flagged", "globals"),
     "getattrname":  (WRONG + "getattr(jnp, 'all' + 'close')\nx = getattr(checks, '_'.join(['expect', 'allclose']))\n",
                      0, "flagged", "getattr"),
-    # a red-team pass (2026-11): each scored 22/22 unflagged. A non-donating answer returning an object of a class
+    # a red-team pass (2026-11): each scored full marks unflagged. A non-donating answer returning an object of a class
     # that subclasses jax.Array and lies about its buffer; over-donation hidden from the checks by a `lower`
     # attribute, by warning filters in the answer's own code, or by a jit function's attributes copied from an
     # honest twin (functools.wraps used as a function, which also plants attributes)
@@ -148,11 +151,12 @@ CASES = {
     # their honest neighbours: a wrapper that silences warnings, @functools.wraps on a def, jax.Array in annotations
     "hushedhonest": ("import warnings\n\n_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n\n"
                      "def update_with_donate(state, delta):\n    with warnings.catch_warnings():\n"
-                     "        warnings.simplefilter('ignore')\n        return _step(state, delta)\n", 10, "ok", ""),
+                     "        warnings.simplefilter('ignore')\n        return _step(state, delta)\n",
+                     EXERCISE_MAX, "ok", ""),
     "wrapsdeco":    ("def add(state: jax.Array, delta: jax.Array) -> jax.Array:\n    return state + delta\n\n\n"
                      "@functools.partial(jax.jit, donate_argnums=0)\n@functools.wraps(add)\n"
                      "def update_with_donate(state, delta):\n    out = add(state, delta)\n"
-                     "    assert isinstance(out, jax.Array)\n    return out\n", 10, "ok", ""),
+                     "    assert isinstance(out, jax.Array)\n    return out\n", EXERCISE_MAX, "ok", ""),
     # a second red-team pass (2026-11): each earned points it should not, unflagged. A result of NaN for every float
     # input (a NaN compared with `>` is never "too far": ex-values and ex-training-loop passed); state itself
     # returned, donating nothing (ex-buffer-reuse saw state's pointer); the answer cell saved as a markdown cell,
@@ -164,26 +168,37 @@ CASES = {
     # their honest neighbours: an answer that guards against NaN, the answer cell as markdown (run as code all the
     # same) beside a markdown note quoting reflective code, a capstone step jitted apart from its def
     "nanguard":     (PARTIAL.replace("return state + delta",
-                                     "return jnp.where(jnp.isnan(delta), state, state + delta)"), 10, "ok", ""),
-    "markdownok":   ("@markdown:" + PARTIAL, 10, "ok", ""),
-    "capwrapped":   (PARTIAL, 10, "ok", ""),
-    "capkeepsold":  (PARTIAL, 10, "partial", "still alive after the step"),
+                                     "return jnp.where(jnp.isnan(delta), state, state + delta)"),
+                     EXERCISE_MAX, "ok", ""),
+    "markdownok":   ("@markdown:" + PARTIAL, EXERCISE_MAX, "ok", ""),
+    "capwrapped":   (PARTIAL, EXERCISE_MAX, "ok", ""),
+    "capkeepsold":  (PARTIAL, EXERCISE_MAX, "partial", "still alive after the step"),
     "capmarkdown":  (PARTIAL, 0, "flagged", "_dl_capstone"),
-    "edited":       ("@edit-test-cells", 10, "ok", ""),
-    "deleted":      ("@delete-test-cells", 10, "ok", ""),
-    "duplicated":   ("@duplicate-answer", 10, "ok", ""),
+    "edited":       ("@edit-test-cells", EXERCISE_MAX, "ok", ""),
+    "deleted":      ("@delete-test-cells", EXERCISE_MAX, "ok", ""),
+    "duplicated":   ("@duplicate-answer", EXERCISE_MAX, "ok", ""),
     "unanswered":   ("@as-released", 0, "partial", "NotImplementedError"),
     "malformed":    ("@malformed-json", 0, "invalid", "not valid notebook JSON"),
 }
 # Forgeries written against the grader's source by a red-team pass (corpus/forgeries/*.cell): each
-# answer returns state * 0, and each earned 22/22 unflagged before the layers it now meets
+# answer returns state * 0, and each earned full marks unflagged before the layers it now meets
 FORGERIES = Path(__file__).with_name("forgeries")
 CASES |= {f"forged-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf-8"), 0, "flagged", FLAG)
           for path in sorted(FORGERIES.glob("*.cell"))}
-# The capstone's answer (and points) where a case does not answer it right: a non-donating step whose outputs
-# carry the old leaves along (cap-buffer-reuse saw their pointers: 2 points), momentum-free SGD that set the hidden
-# module's BETA to 0 from a markdown answer cell (the scan did not read it; cap-values passed); and a markdown note
-CAPSTONE = {"capwrapped": CAPSTONE_POINTS, "capkeepsold": 3, "capmarkdown": 0}  # their capstone points
+# The capstone's answer (and the capstone checks it fails) where a case does not answer it right: a non-donating
+# step whose outputs carry the old leaves along (cap-buffer-reuse saw their pointers: 2 points), momentum-free SGD
+# that set the hidden module's BETA to 0 from a markdown answer cell (the scan did not read it; cap-values passed);
+# and a markdown note
+NOT_DONATING = ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]
+CAPSTONE_FAILS = {"capwrapped": [], "capkeepsold": NOT_DONATING, "capmarkdown": list(CAPSTONE_GRADES)}
+
+
+def capstone_points(failed=()) -> float:
+    """The capstone's points of an answer that fails the checks `failed` (grade ids) and passes the others."""
+    return CAPSTONE_POINTS - sum(CAPSTONE_GRADES[g] for g in failed)
+
+
+CAPSTONE = {student: capstone_points(failed) for student, failed in CAPSTONE_FAILS.items()}  # their capstone points
 NOTE = "A note to self, not run: `getattr(params, name)` reads any attribute; `exec(code)` runs a string."
 
 
@@ -235,7 +250,7 @@ def build(dest: Path) -> dict:
             answer = PARTIAL
         for i, c in enumerate(cells):
             if is_solution(c) and answer != "@as-released":
-                if grade_id(c) == "cap-answer":  # the capstone (corpus/capstone.py) answered right, or as CAPSTONE says
+                if grade_id(c) == CAPSTONE_ANSWER:  # the capstone (capstone.py) answered right, or as CAPSTONE says
                     c.source = capstone.get(student, RIGHT)
                 else:
                     c.source = PARTIAL if answer == "@duplicate-answer" else answer
