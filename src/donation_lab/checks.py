@@ -143,14 +143,6 @@ def _run(what: str, fn, *args, hint: str = "", **kwargs):
     return out, _warned(caught)
 
 
-def call(what: str, fn, *args, hint: str = "", **kwargs):
-    """`fn(*args, **kwargs)` for a check cell, as the learner would call it:
-    an exception becomes a CheckFailed naming its type and the first line of
-    its message (no traceback), and warnings or XLA log lines it causes do not
-    land in the cell's output. Returns what fn returned."""
-    return _run(what, fn, *args, hint=hint, **kwargs)[0]
-
-
 def _method_name(value) -> str:
     """The name of a function or method (a nanobind method's __name__ is empty: look it up on its class)."""
     owner, func = getattr(value, "__self__", None), getattr(value, "__func__", None)
@@ -259,22 +251,6 @@ def _equal(got, expected) -> bool:
         return bool(got == expected)
     except Exception:  # arrays inside a tuple, say: not a plain value
         return False
-
-
-def expect_text(what: str, got, naming: str, hint: str = "") -> None:
-    """Pass when `got` is a string (a message) that contains `naming`. An
-    exception object returned instead of its message is told to return
-    str(exc); None is told to return the message."""
-    wrong = _not_a_value(what, got, "")
-    if not wrong and got is None:
-        wrong = f"{what}: expected a message naming {naming}, got None. Did your function `return` the message?"
-    elif not wrong and not isinstance(got, str):
-        wrong = f"{what}: expected a message (a string) naming {naming}, got {_kind(got)}: {show(got)}."
-    elif not wrong and naming not in got:
-        wrong = f"{what}: expected a message naming {naming}, got {got!r}."
-    if wrong:
-        raise CheckFailed(_with_hint(wrong, hint))
-    passed(f"{what} is a message naming {naming}")
 
 
 def expect_allclose(what: str, got, expected, hint: str = "", rtol: float = 1e-6) -> None:
