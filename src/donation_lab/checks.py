@@ -314,8 +314,6 @@ def expect_in_place(what: str, fn, args, argnum: int | None = 0, hint: str = "")
     a deleted input alone does not show (`x.delete()` deletes too, and saves
     nothing). Runs on fresh copies of `args`, so the caller's arrays are left
     as they are."""
-    import jax
-
     fresh = [_owned_copy(a) for a in args]
     which = range(len(fresh)) if argnum is None else [argnum]
     before = {i: fresh[i].unsafe_buffer_pointer() for i in which}

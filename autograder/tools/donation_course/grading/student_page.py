@@ -11,12 +11,23 @@ import shutil
 from pathlib import Path
 
 from ..course import Course
-from .result import StudentResult
+from .result import CellGrade, StudentResult
 
 STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}td,th{border:1px solid #ccc;"
          "padding:.3em .6em;vertical-align:top}table{border-collapse:collapse;width:100%}"
          "td:first-child{white-space:nowrap}pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}"
          ".pass{color:#070}.fail{color:#a00}")
+MARKS = ("\u2714", "\u2718")  # passed, failed: as ./course check prints them
+
+
+def marked(grade: CellGrade) -> str:
+    """A row's message behind one mark, ✔ when the cell passed and ✘ when it
+    failed, whichever check wrote it: a hidden check's message carries its own
+    mark, a public check's (CheckFailed) or an error's none."""
+    message = grade.message.strip()
+    while message[:1] in MARKS:
+        message = message[1:].strip()
+    return f"{MARKS[0] if grade.passed else MARKS[1]} {message or ('passed' if grade.passed else 'failed')}"
 
 
 def write_page(row: dict, result: StudentResult, course: Course, out: Path) -> Path:
@@ -38,7 +49,7 @@ def write_page(row: dict, result: StudentResult, course: Course, out: Path) -> P
         for g in data.grades:
             verdict = "pass" if g.passed else "fail"
             parts.append(f"<tr><td>{html.escape(g.name)}</td><td>{g.score:g} / {g.max_score:g}</td>"
-                         f"<td class='{verdict}'>{verdict}</td><td><pre>{html.escape(g.message)}</pre></td></tr>")
+                         f"<td class='{verdict}'>{verdict}</td><td><pre>{html.escape(marked(g))}</pre></td></tr>")
         parts.append("</table>")
         notebook_page = course.root / "feedback" / sid / course.assignment / f"{nb}.html"
         if notebook_page.exists():

@@ -332,8 +332,10 @@ def check_loop(train_step, steps: int = 30) -> str:
              "allocated new buffers while the old ones were still held.",
              "donate params and opt_state, so each step reuses their buffers.")
     if after > before:
-        fail(f"over {steps} steps the live buffers grew from {before} to {after}.",
+        fail(f"over {steps} steps the number of JAX arrays alive in the notebook grew from {before} to {after}: "
+             "something kept a reference to old arrays.",
              "rebind params and opt_state to the step's outputs and keep no other references.")
     if int(asarray(opt["count"])) != steps + 1:
         fail(f"after {steps + 1} steps opt_state['count'] is {int(asarray(opt['count']))}.")
-    return f"{steps} loop steps kept the live buffers at {before}, each step donating the old leaves."
+    return (f"over {steps} steps the number of JAX arrays alive in the notebook stayed at {before}: each step "
+            "reused the donated buffers of params and opt_state instead of adding new ones.")

@@ -229,11 +229,13 @@ def check_training_loop(update_with_donate, steps: int = 50) -> str:
     block_until_ready(state)
     after = live_count()
     if history or after > before:
-        fail(f"after {steps} steps of state = update_with_donate(state, delta) the number of live "
-             f"buffers went from {before} to {after}: each step kept the old state alive.",
+        fail(f"over {steps} steps of state = update_with_donate(state, delta) the number of JAX arrays alive "
+             f"in the notebook went from {before} to {after}: each step kept the old state alive and added "
+             "a new array.",
              "donate state so each step reuses its buffer.")
     expected = asarray(delta).astype("float64") * (steps + 1)
     got = asarray(state).astype("float64")
     if not (np_abs(got - expected) <= 1e-3 * (1.0 + np_abs(expected))).all():  # a NaN fails
         fail(f"after {steps + 1} steps the state is not {steps + 1} * delta.")
-    return f"{steps} loop steps rebinding state kept the number of live buffers at {before}."
+    return (f"over {steps} steps of state = update_with_donate(state, delta) the number of JAX arrays alive "
+            f"in the notebook stayed at {before}: each step reused the donated buffer instead of adding a new one.")
