@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from donation_course.course import NOTEBOOKS
+from donation_course.course import COURSE, NOTEBOOKS
 from helpers import COURSE_CMD, ROOT, answered_copy, run, start_lab
 
 CHROMIUM = Path(os.environ.get("DONATION_LAB_CHROMIUM", "/usr/bin/chromium"))  # Debian's
@@ -23,7 +23,7 @@ CHROMIUM_ARGS = [
 ]
 RUN_TIMEOUT_MS = 240_000
 LESSON = "01_why_donate.ipynb"
-EXERCISE = "07_update_with_donate.ipynb"
+EXERCISE = f"{COURSE.exercise}.ipynb"  # the graded exercise, found by its answer cell
 
 
 def require_chromium():

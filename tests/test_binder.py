@@ -26,12 +26,14 @@ from pathlib import Path
 
 import pytest
 
+from donation_course.course import COURSE
 from helpers import ROOT, free_port, grading_code_in_environment, python3_kernel, start_server, wait_for_http
 
 pytestmark = pytest.mark.slow
 
 BINDER = ROOT / "binder"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "binder"
+EXERCISE = f"{COURSE.exercise}.ipynb"  # the graded exercise, found by its answer cell
 
 
 def runtime_python():
@@ -105,7 +107,7 @@ def start_cmd(env, *cmd, cwd=ROOT, timeout=900):
     return sh(["bash", str(BINDER / "start"), *cmd], dict(env, REPO_DIR=str(ROOT)), cwd=cwd, timeout=timeout)
 
 
-@pytest.mark.parametrize("notebook", ["solutions/01_why_donate.ipynb", "solutions/07_update_with_donate.ipynb"])
+@pytest.mark.parametrize("notebook", ["solutions/01_why_donate.ipynb", f"solutions/{EXERCISE}"])
 def test_notebook_runs_in_the_binder_environment(binder, notebook):
     env, venv, base, _ = binder
     out = base / "executed"
@@ -164,7 +166,7 @@ def test_binder_environment_holds_no_grading_tools(binder):
 
 def test_nbgrader_validate_passes_the_solution(binder, tmp_path):
     env, venv, _, _ = binder
-    solved = tmp_path / "07_update_with_donate.ipynb"
+    solved = tmp_path / EXERCISE
     shutil.copy2(ROOT / "solutions" / solved.name, solved)
     result = sh([str(venv / "bin" / "nbgrader"), "validate", str(solved)], env, cwd=tmp_path, timeout=600)
     assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout + result.stderr
@@ -187,10 +189,10 @@ def test_validate_endpoint_in_the_binder_server(binder, tmp_path):
         base = f"http://127.0.0.1:{port}"
         _, body = wait_for_http(f"{base}/api/contents?token={token}", proc=proc)
         names = {item["name"] for item in json.loads(body)["content"]}
-        assert "07_update_with_donate.ipynb" in names and "solutions" not in names, names
+        assert EXERCISE in names and "solutions" not in names, names
         request = urllib.request.Request(
             f"{base}/assignments/validate", method="POST",
-            data=json.dumps({"path": "07_update_with_donate.ipynb"}).encode(),
+            data=json.dumps({"path": EXERCISE}).encode(),
             headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=600) as resp:
             result = json.loads(resp.read())

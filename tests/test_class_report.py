@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 from donation_course.course import COURSE, Course
 from synthetic_class import Student, build_class
 
-EX = COURSE.notebooks[-1]
+EX = COURSE.exercise
 CLASS = {"ann": Student({EX: 1.0}), "ben": Student({EX: 0.5, "02_the_contract": 1.0}),
          "1001": Student({EX: 0.25}, late_penalty=2.0, minutes_late=90),
          "bob": Student({EX: 1.0}, kind="flagged"), "cat": Student({EX: 1.0}, kind="error"),

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, ROOT
+from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
 from helpers import answered_copy
 
 ASSIGNMENT = COURSE.assignment
@@ -58,7 +58,7 @@ def test_release_fetch_submit_collect_grade_feedback(tmp_path, env, generated_co
         if source is not None:
             notebook = nbformat.read(book, as_version=4)
             for cell in notebook.cells:
-                if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
+                if cell.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER:
                     cell.source = source  # update_with_donate's answer; the capstone stays solved
             nbformat.write(notebook, book)
 

@@ -18,7 +18,7 @@ from donation_course.course import COURSE, Course
 from helpers import COURSE_CMD, GRADE_LIMITS, grade, nbgrader, run
 from synthetic_class import Student, build_class
 
-EX = COURSE.notebooks[-1]
+EX = COURSE.exercise
 ASSIGNMENT = COURSE.assignment
 FULL, WRONG = corpus.CASES["partial"][1], corpus.CASES["wrongvalue"][1]
 CANVAS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -175,7 +175,7 @@ def test_points_are_out_of_what_the_assignment_asks(tmp_path, graded_class):
     course, summaries = graded_class
     rows = {r["student"]: r for r in export(course, summaries, tmp_path / "out", lms_points="exercise")}
     canvas = read(tmp_path / "out" / "canvas-import.csv")
-    assert canvas[1][5] == str(float(corpus.MAX)) != str(rows["ann"]["max"])  # 22, not the course's 43
+    assert canvas[1][5] == str(COURSE.points[EX]) != str(rows["ann"]["max"])  # the exercise's, not the course's
     late = next(r for r in canvas if r[1] == "1001")
     assert late[5] == str(round(corpus.MAX * 0.5 - 3.0, 3))  # the exercise, after its late penalty alone
     assert float(rows["1001"]["total"]) > float(late[5])  # grades.csv still counts every notebook
@@ -244,7 +244,7 @@ def test_a_blackboard_class_is_graded_exported_and_fed_back_after_manual_grading
     out = course / ".grading"
     board = {r[2]: r[6] for r in read(out / "blackboard-import.csv")[1:]}
     assert board == {"jane_doe": str(float(FULL)), "john_doe": str(float(WRONG)), "kim_lee_2": str(float(WRONG))}
-    assert read(out / "blackboard-import.csv")[0][6] == f"{ASSIGNMENT} [Total Pts: {corpus.MAX} Score]"
+    assert read(out / "blackboard-import.csv")[0][6] == f"{ASSIGNMENT} [Total Pts: {COURSE.points[EX]:g} Score]"
     assert (out / "class-report.png").stat().st_size > 0 and "kim_lee_2" not in (out / "class-report.html").read_text()
 
     pages = {sid: course / "feedback" / sid / ASSIGNMENT / f"{EX}.html" for sid in board}

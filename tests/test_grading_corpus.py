@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE
+from donation_course.course import COURSE, EXERCISE_ANSWER
 from helpers import GRADE_LIMITS, grade, grade_corpus, gradebook_scores, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
@@ -65,7 +65,7 @@ def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
     nodonate = (course / "feedback" / "nodonate" / ASSIGNMENT / f"{EX}.html").read_text(encoding="utf-8")
     assert "still alive" in nodonate and "values:" in nodonate  # the learner messages stay
     summary = (course / ".grading" / "feedback" / "nodonate.html").read_text(encoding="utf-8")
-    for grade_id in ("ex-example", "ex-donated", "ex-values", "ex-buffer-reuse", "ex-training-loop"):
+    for grade_id in corpus.EXERCISE_GRADES:  # every check of the exercise, as the source names them
         assert grade_id in summary
     assert "fail" in summary and "pass" in summary
 
@@ -80,7 +80,7 @@ def test_rerun_with_only_changed_grades_only_the_changed_submission(graded, env)
     path = files / f"nodonate_{EX}.ipynb"
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER:
             cell.source = corpus.PARTIAL
     nbformat.write(nb, path)
     r = grade(env, files, "--course", course, "--only-changed", *LIMITS)

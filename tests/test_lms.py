@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, ROOT
+from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
 from helpers import GRADE_LIMITS, grade, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
@@ -350,7 +350,7 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     # limit (full marks, no CPU): however slow this machine, the run is
     # still going when the first other student's row is in and Ctrl-C comes.
     sleeper = nbformat.read(export / f"s0_{EX}.ipynb", as_version=4)
-    answer = next(c for c in sleeper.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer")
+    answer = next(c for c in sleeper.cells if c.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER)
     answer.source += "\nimport time\ntime.sleep(600)\n"
     nbformat.write(sleeper, export / f"s0_{EX}.ipynb")
     archive = _zip(export, tmp_path / "export.zip")

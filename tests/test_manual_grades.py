@@ -9,12 +9,12 @@ import time
 import nbformat
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, ROOT
+from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
 from helpers import GRADE_LIMITS, grade, nbgrader, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
-CELL, COMMENTED = "ex-donated", "ex-answer"
+CELL, COMMENTED = "ex-donated", EXERCISE_ANSWER
 
 
 def formgrader_edit(course, student, score=1.5, extra=0.5, comment="see me after class"):
@@ -76,7 +76,7 @@ def test_a_formgrader_edit_made_during_a_run_is_kept(tmp_path, env, generated_co
     # The next run grades a slow student first, then bob again, on one worker:
     # bob's result is merged well after the edit below.
     slow = nbformat.read(tmp_path / "all" / f"partial_{EX}.ipynb", as_version=4)
-    answer = next(c for c in slow.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer")
+    answer = next(c for c in slow.cells if c.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER)
     answer.source += "\nimport time\ntime.sleep(5)\n"
     nbformat.write(slow, subs / f"aaa_{EX}.ipynb")
     limits = [arg if arg != "2" else "1" for arg in GRADE_LIMITS]  # --workers 1
@@ -127,7 +127,7 @@ def test_accepting_a_flagged_result_enters_the_checks_scores_as_manual_scores(tm
     final = cells()
     assert all(manual == top and not needs for manual, needs, top in final.values()), final
     row = read_grades(course / ".grading" / "grades.csv")["ann"]
-    assert (row["status"], float(row[EX])) == ("ok", 22.0), row
+    assert (row["status"], float(row[EX])) == ("ok", COURSE.points[EX]), row  # the notebook's points
     assert feedback.read_text(encoding="utf-8") != page_before  # the learner's page made again
 
     refused = run([ROOT / "course", "feedback", "--course", course, "--accept", "bob"], env, check=False)

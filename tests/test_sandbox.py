@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, ROOT, Course
+from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
 from donation_course.grading.scan import scan_notebook, scan_source
 from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
 
@@ -271,7 +271,7 @@ def test_an_unsandboxed_run_leaves_the_courses_compile_cache_as_it_was(tmp_path,
     corpus.build(tmp_path / "files")
     nb = nbformat.read(tmp_path / "files" / f"partial_{EX}.ipynb", as_version=4)
     for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER:
             cell.source += PLANTER
     nbformat.write(nb, subs / f"planter_{EX}.ipynb")
     course = generated_course(tmp_path / "course")
@@ -312,7 +312,7 @@ def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tm
             f.unlink()
     nb = nbformat.read(files / f"partial_{EX}.ipynb", as_version=4)
     for cell in nb.cells:  # update_with_donate's answer floods; the capstone stays answered
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex-answer":
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER:
             cell.source = corpus.PARTIAL + "for i in range(200):\n    print('x' * 100_000)\n"
     nbformat.write(nb, files / f"flood_{EX}.ipynb")
     course = generated_course(tmp_path / "course")

@@ -14,12 +14,13 @@ import nbformat
 import pytest
 
 from donation_course.corpus.exercise import CASES
-from donation_course.course import COURSE, NOTEBOOKS, grade_id
+from donation_course.course import COURSE, EXERCISE_ANSWER, NOTEBOOKS, grade_id
 from donation_course.grading.selfcheck import DIR_ENV, MARKER, ME
 from helpers import COURSE_CMD, GRADE_LIMITS, answered_copy, grade, make_course, read_grades, run
 
 EX = COURSE.exercise
 FIRST = COURSE.notebooks[0]
+FULL, FIRST_FULL = COURSE.points[EX], COURSE.points[FIRST]  # each notebook's points, from its grade cells
 
 
 def check(env, *args, private=None):
@@ -46,7 +47,7 @@ def with_answer(path: Path, source: str, dest: Path) -> Path:
     """A copy of the learner's notebook at `path` with the exercise's answer cell replaced by `source`."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        if grade_id(cell) == "ex-answer":
+        if grade_id(cell) == EXERCISE_ANSWER:
             cell.source = source
     dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, dest)
@@ -70,25 +71,28 @@ def test_check_scores_the_solved_and_a_non_donating_exercise_out_of_what_was_che
 
     r = check(env, solved, private=private)
     assert r.returncode == 0, r.stderr
-    assert f"{EX}: 22 of 22" in r.stdout and "\u2718" not in r.stdout, r.stdout
-    assert r.stdout.count("\u2714") == 12  # every check, with its message
-    for nb in COURSE.notebooks[:-1]:
-        assert f"  {nb}: not given" in r.stdout, r.stdout
+    assert f"{EX}: {FULL:g} of {FULL:g}" in r.stdout and "\u2718" not in r.stdout, r.stdout
+    assert r.stdout.count("\u2714") == len(COURSE.grade_ids[EX])  # every check, with its message
+    for nb in COURSE.notebooks:
+        if nb != EX:
+            assert f"  {nb}: not given" in r.stdout, r.stdout
     page = Path(re.search(r"^feedback: (.+)$", r.stdout, re.M)[1])
-    assert page.is_file() and "Score: 22 / 22" in page.read_text()
+    assert page.is_file() and f"Score: {FULL:g} / {FULL:g}" in page.read_text()
 
     # A browser's copy name, an answer that does not donate, and a solved lesson beside it.
     wrong = with_answer(solved, CASES["nodonate"][0], tmp_path / "downloads" / f"{EX} (1).ipynb")
     lesson = answered_copy(f"{FIRST}.ipynb", tmp_path / "mine" / f"{FIRST}.ipynb")
     r = check(env, wrong, lesson, private=private)
     assert r.returncode == 0, r.stderr
-    score = int(re.search(rf"^{EX}: (\d+) of 22$", r.stdout, re.M)[1])
-    assert score == CASES["nodonate"][1] < 22, r.stdout
+    score = float(re.search(rf"^{EX}: ([\d.]+) of {FULL:g}$", r.stdout, re.M)[1])
+    assert score == CASES["nodonate"][1] < FULL, r.stdout
     failing = [ln for ln in r.stdout.splitlines() if ln.startswith("  \u2718")]
-    assert any(ln.startswith("  \u2718 ex-donated (0/2):") and CASES["nodonate"][3] in ln for ln in failing), r.stdout
-    assert f"{FIRST}: 3 of 3" in r.stdout and f"total: {score + 3} of 25" in r.stdout, r.stdout
-    assert f"  {FIRST}: not given" not in r.stdout and "  02_the_contract: not given" in r.stdout
-    assert f"Score: {score + 3} / 25" in page.read_text()
+    donated = f"  \u2718 ex-donated (0/{COURSE.grades[EX]['ex-donated']:g}):"
+    assert any(ln.startswith(donated) and CASES["nodonate"][3] in ln for ln in failing), r.stdout
+    assert f"{FIRST}: {FIRST_FULL:g} of {FIRST_FULL:g}" in r.stdout, r.stdout
+    assert f"total: {score + FIRST_FULL:g} of {FULL + FIRST_FULL:g}" in r.stdout, r.stdout
+    assert f"  {FIRST}: not given" not in r.stdout and f"  {COURSE.notebooks[1]}: not given" in r.stdout
+    assert f"Score: {score + FIRST_FULL:g} / {FULL + FIRST_FULL:g}" in page.read_text()
 
     assert students_of(private) == {ME}  # no lesson, no file name, ever became a student
     assert instructor_state() == before
@@ -122,7 +126,7 @@ def test_grade_takes_one_notebook_file_as_its_students(tmp_path, env, generated_
     mine = answered_copy(f"{EX}.ipynb", tmp_path / f"jdoe_{EX}.ipynb")
     grade(env, mine, "--course", course, *GRADE_LIMITS)
     rows = read_grades(course / ".grading" / "grades.csv")
-    assert set(rows) == {"jdoe"} and float(rows["jdoe"][EX]) == 22 and rows["jdoe"]["files"] == mine.name
+    assert set(rows) == {"jdoe"} and float(rows["jdoe"][EX]) == FULL and rows["jdoe"]["files"] == mine.name
 
 
 @pytest.mark.parametrize("name", [f"{EX}.ipynb", f"{EX} (1).ipynb", f"{FIRST}-Copy1.ipynb"])
