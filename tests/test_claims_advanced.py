@@ -69,10 +69,10 @@ def test_two_leaves_sharing_one_array_fail_with_double_donation_and_nothing_is_d
 
 
 def test_tied_leaves_with_one_output_that_could_take_them_fail_with_use_after_donation():
-    # Lesson 4 (l4-shared-one): one output of the leaves' type: the first leaf is
-    # donated, the second warned about and passed as an ordinary input, which the
-    # runtime refuses; with an output per leaf (apply_grads) both are donated and
-    # the runtime refuses the double donation. Neither deletes anything.
+    # Lesson 4 (l4-shared-one; l4-shared-fail, l4-shared-after): one output of the leaves' type:
+    # the first leaf is donated, the second warned about and passed as an ordinary input, which
+    # the runtime refuses; with an output per leaf (apply_grads) both are donated and the runtime
+    # refuses the double donation. Neither deletes anything.
     shared = jnp.zeros(3)
     sum_leaves = jax.jit(lambda params: params["w"] + params["b"], donate_argnums=0)
     with warnings.catch_warnings(record=True) as caught:
@@ -92,7 +92,7 @@ def test_tied_leaves_with_one_output_that_could_take_them_fail_with_use_after_do
 
 
 def test_tied_leaves_with_no_output_that_could_take_them_run_with_the_warning():
-    # Lesson 4 (l4-shared-none, l4-summary): a scalar output takes neither leaf: both donations
+    # Lesson 4 (l4-shared-none): a scalar output takes neither leaf: both donations
     # are dropped with the usual warning, the call runs, the shared array stays alive.
     shared = jnp.ones(3)
     total_of_leaves = jax.jit(lambda params: (params["w"] + params["b"]).sum(), donate_argnums=0)
@@ -106,7 +106,7 @@ def test_tied_leaves_with_no_output_that_could_take_them_run_with_the_warning():
 
 
 def test_tied_leaves_with_outputs_of_as_many_elements_but_other_bytes_run_silently():
-    # Lesson 4 (l4-summary): two int8[3] outputs pair with both float32[3] leaves (as many
+    # Lesson 4 (l4-shared-bytes): two int8[3] outputs pair with both float32[3] leaves (as many
     # elements: no warning) but cannot take their buffers (another byte size): the call
     # runs, silently, and the shared array stays alive.
     shared = jnp.ones(3)
@@ -129,7 +129,7 @@ def test_copying_the_leaves_repairs_double_donation():
 
 @pytest.mark.parametrize("view", [True, False], ids=["view alive", "no view"])
 def test_explain_donation_plans_a_reuse_that_a_live_numpy_view_makes_the_call_decline(view):
-    # Lesson 4 (l4-explain-text, l4-plan): the report is the compiled program's plan;
+    # Lesson 4 (l4-leaves, l4-plan-text, l4-plan): the report is the compiled program's plan;
     # with a NumPy view of params['w'] alive it plans the reuse all the same, and the
     # call, silently, donates every leaf but that one. Without the view, every leaf.
     import numpy as np
@@ -148,51 +148,6 @@ def test_explain_donation_plans_a_reuse_that_a_live_numpy_view_makes_the_call_de
     assert caught == []
     assert deleted_tree(params) == {"w": not view, "b": True}
     del kept_view
-
-
-LESSON_4 = "04_pytrees.ipynb"
-
-
-def lesson_cells(lesson: str, *ids: str) -> str:
-    """The source of the given cells of a source lesson, in the order asked."""
-    import nbformat
-
-    from donation_course.course import COURSE
-
-    found = {c.get("id"): c.source for c in nbformat.read(COURSE.source / lesson, as_version=4).cells}
-    missing = [i for i in ids if i not in found]
-    assert not missing, f"{lesson} has no cell {missing}: update this test"
-    return "\n\n".join(found[i] for i in ids)
-
-
-def run_q2_check(namespace) -> str:
-    """Lesson 4's exercise 4.2 check cell, run as written in `namespace`: '' when it passes, else its message."""
-    from donation_lab.checks import CheckFailed
-
-    try:
-        exec(compile(lesson_cells(LESSON_4, "l4-q2-check"), "l4-q2-check", "exec"), namespace)
-    except CheckFailed as failed:
-        return str(failed)
-    return ""
-
-
-@pytest.mark.parametrize("answer", ["copies only", "also calls apply_grads"])
-def test_the_already_donated_message_of_exercise_4_2_names_both_causes(answer):
-    # Lesson 4 (l4-q2-check): the check donates untied_params, so a second run of the cell
-    # finds its leaves deleted; so does the first run when the answer cell donated them
-    # itself. An answer that only copies passes on the first run; its second run, and the
-    # first run after an answer that calls apply_grads, fail with a message naming both causes.
-    namespace = {}
-    exec(compile(lesson_cells(LESSON_4, "l4-setup", "l4-shared-setup"), LESSON_4, "exec"), namespace)
-    exec("untied_params = jax.tree.map(lambda a: a.copy(), tied_params)", namespace)
-    if answer == "also calls apply_grads":
-        exec("apply_grads(untied_params, grads)", namespace)
-    first, second = run_q2_check(namespace), run_q2_check(namespace)
-    message = ("untied_params: its arrays were already donated, by an earlier run of this check cell or by a "
-               "donating call of your own.\nHint: run your answer cell again, without passing untied_params to "
-               "apply_grads (or another donating function) there, then this check.")
-    assert first == ("" if answer == "copies only" else message)
-    assert second == message
 
 
 def test_lowered_args_info_marks_each_leaf_of_a_donated_tree():
@@ -216,7 +171,7 @@ def test_compiled_under_debug_nans_does_not_donate_and_does_not_warn():
 
 @pytest.mark.parametrize("prepare", ["lower", "explain_donation", "nothing"])
 def test_debug_nans_is_read_when_jit_first_traces_the_signature_not_when_it_compiles(prepare):
-    # Lesson 5 (l5-intro, l5-cached-text, l5-lowered, summary): traced before the mode by
+    # Lesson 5 (l5-lowered-text, l5-lowered): traced before the mode by
     # .lower() or explain_donation, the signature keeps donating though its first call
     # compiles inside debug_nans; traced first inside the mode, it does not donate.
     from donation_lab import explain_donation
@@ -289,7 +244,7 @@ def test_only_the_shapes_compiled_under_debug_nans_stay_non_donating():
 
 
 def test_weak_type_is_part_of_the_signature_debug_nans_is_cached_for():
-    # Lesson 5 (l5-intro, l5-summary): a signature is one per argument shape, dtype and weak
+    # Lesson 5 (l5-signature-text): a signature is one per argument shape, dtype and weak
     # type. Traced with a strong float32[] under debug_nans, a strong float32[] called later
     # still does not donate; a weak float32[] (jnp.asarray(1.0)) is traced anew and donates.
     f = jax.jit(lambda x: 4.0 * x, donate_argnums=0)
@@ -304,7 +259,7 @@ def test_weak_type_is_part_of_the_signature_debug_nans_is_cached_for():
 
 
 def test_debug_nans_signature_holds_static_values_pytree_and_keywords_but_not_committedness():
-    # Lesson 5 (l5-signature, l5-summary): traced under debug_nans with a float32[4] and the
+    # Lesson 5 (l5-signature-text, l5-signature): traced under debug_nans with a float32[4] and the
     # static factor 2.0, both by position. With the mode off, the same call and the same call
     # on an array committed to device 0 are not traced again and do not donate; another
     # dtype, weak type, pytree structure, static value, or the call made by keyword is

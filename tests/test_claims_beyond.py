@@ -280,7 +280,7 @@ def test_donated_input_is_deleted_when_the_call_returns_whether_or_not_the_resul
     result.block_until_ready()
 
 
-# ---- lesson 5: what the debug_nans re-run reads first (l5-before-*, l5-order) ----
+# ---- lesson 5: what the debug_nans re-run reads first (l5-before-nan, l5-order) ----
 
 def test_compiled_before_debug_nans_breaks_on_log_but_names_sqrt_of_an_undonated_input():
     try:

@@ -498,9 +498,11 @@ def expect_untied(what: str, tree, expected: dict, rerun: str, hint: str = "") -
     if not isinstance(tree, dict) or sorted(tree) != sorted(expected):
         fail(f"{what}'s keys", sorted(expected), sorted(tree) if isinstance(tree, dict) else type(tree).__name__,
              hint or "keep the tree's keys: only the buffers change.")
-    for key, leaf in tree.items():
+    for key in sorted(tree):
+        leaf = tree[key]
         if not isinstance(leaf, jax.Array):
-            raise CheckFailed(f"{what}[{key!r}] is a {type(leaf).__name__}, not a JAX array: only a JAX array's "
+            kind = f"{type(leaf).__module__}.{type(leaf).__name__}".removeprefix("builtins.")
+            raise CheckFailed(f"{what}[{key!r}] is a {kind}, not a JAX array: only a JAX array's "
                               "buffer can be donated." + (f"\nHint: {hint}" if hint else ""))
     if any(leaf.is_deleted() for leaf in tree.values()):
         raise CheckFailed(f"{what}: its arrays were already donated, by an earlier run of this check or by a "
