@@ -34,12 +34,14 @@ def call_recording_warnings(fn, *args, **kwargs):
 # ---- lesson 01 -----------------------------------------------------------
 
 def test_without_donation_the_output_is_a_fresh_buffer():
+    # Lesson 1 (l1-fresh, l1-donate-md); the donated side: test_donated_input_is_deleted_and_output_reuses_its_buffer.
     s, d = jnp.ones(4), jnp.ones(4)
     out = jax.jit(fresh_add())(s, d)
     assert not s.is_deleted() and out.unsafe_buffer_pointer() != s.unsafe_buffer_pointer()
 
 
 def test_memory_analysis_alias_bytes():
+    # Lesson 1 (l1-measure-md, l1-ma, exercise 1.2): zero without donation, the donated input's bytes with it.
     spec = jax.ShapeDtypeStruct((1024,), jnp.float32)
     plain = jax.jit(fresh_add()).lower(spec, spec).compile().memory_analysis()
     donated = jax.jit(fresh_add(), donate_argnums=0).lower(spec, spec).compile().memory_analysis()
@@ -107,7 +109,7 @@ def test_lowering_reads_whether_an_array_is_committed_never_its_data():
 
 
 def test_memory_analysis_shows_a_plan_that_the_call_can_decline():
-    # Lesson 1 (l1-ma-md, l1-decline): memory_analysis() plans to reuse the donated buffer;
+    # Lesson 1 (l1-measure-md, l1-decline-md, l1-decline): memory_analysis() plans to reuse the donated buffer;
     # a plain array is reused, one with a live NumPy view is neither deleted nor reused,
     # and once the view is gone the same call donates it.
     g = jnp.ones(1019)
@@ -129,7 +131,7 @@ def test_memory_analysis_shows_a_plan_that_the_call_can_decline():
 
 
 def test_a_donated_array_in_numpy_memory_is_deleted_but_its_buffer_not_reused():
-    # Lesson 1 (l1-decline, l1-contract-md): normally the output lives in the donated
+    # Lesson 1 (l1-decline-md, l1-decline): normally the output lives in the donated
     # buffer; an array that uses NumPy's memory (device_put of 64-byte aligned data, the
     # lesson's recipe) is deleted and the output goes to a new buffer.
     g = jnp.ones(1021)
@@ -149,6 +151,7 @@ def test_a_donated_array_in_numpy_memory_is_deleted_but_its_buffer_not_reused():
 # ---- lesson 02 -----------------------------------------------------------
 
 def test_donated_input_is_deleted_and_output_reuses_its_buffer():
+    # Lesson 2 (l2-argnums-md, l2-argnums); lesson 1 (l1-donate) on the other side: no donation, a new buffer.
     s, d = jnp.ones(4), jnp.ones(4)
     pointer = s.unsafe_buffer_pointer()
     out = jax.jit(fresh_add(), donate_argnums=0)(s, d)
@@ -176,44 +179,40 @@ def test_reading_a_donated_array_raises(read):
     assert type(info.value) is RuntimeError
 
 
-def test_read_error_type_follows_the_first_call_of_each_signature(capfd):
-    """Lesson 2 (l2-read3) and 3 (l3-ref3): a jitted operation whose first call
-    with a signature succeeded raises ValueError on a deleted input (its C++
-    fast path); one whose first call got the deleted array raises RuntimeError,
-    and keeps doing so after live calls, until its cache is cleared. Reads that
-    are not jitted calls always raise RuntimeError. Shapes used nowhere else, so
-    no other test has made these signatures first."""
-    donate = jax.jit(lambda a: a * 2, donate_argnums=0)
+def test_every_kind_of_read_of_a_donated_array_raises_runtime_error():
+    """Lesson 2 (l2-meta-md, l2-read, l2-read2): every read of a donated array's data
+    raises RuntimeError('Array has been deleted with shape=float32[29].'), never
+    ValueError: an operation's first call on the deleted array, one that ran on live
+    arrays of that signature before (or after), one whose cache was cleared, indexing,
+    .at[].get(), jnp.take, a jitted function with a side effect (jax.debug.print) or a
+    host callback, and reads that are not jitted calls. The same reads of a live array
+    succeed. float32[29] is used nowhere else, so these are its first calls."""
     gone = jnp.ones(29)
-    donate(gone)
-    jnp.ones(29) * 3                                   # `* int` on float32[29]: first call live
-    with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
-        gone * 7                                       # another int, same signature
-    assert not isinstance(info.value, RuntimeError)
-    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[29\]\."):
-        gone * 7.0                                     # a float: another signature, first call now
-    with pytest.raises(RuntimeError, match=r"^Array has been deleted"):
-        gone - 3                                       # `- int` on float32[29]: first call deleted
-    jnp.ones(29) - 3                                   # ... then live
-    with pytest.raises(RuntimeError, match=r"^Array has been deleted") as info:
-        gone - 3                                       # still the Python path
-    assert type(info.value) is RuntimeError
-
+    jax.jit(lambda a: a * 2, donate_argnums=0)(gone)
+    idx = jnp.array([0, 2])
     total = jax.jit(lambda a: a.sum())
-    with pytest.raises(RuntimeError, match=r"^Array has been deleted"):
-        total(gone)
-    total(jnp.ones(29))
-    with pytest.raises(RuntimeError, match=r"^Array has been deleted"):
-        total(gone)
+    loud = jax.jit(lambda a: (jax.debug.print("a[0] = {}", a[0]), a * 2)[1])
+    pure = jax.jit(lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a) * 2)
+    reads = [lambda a: a * 3, lambda a: a * 7.0, lambda a: a - 3, jnp.sin, total, loud, pure,
+             lambda a: a[0], lambda a: a[1:], lambda a: a[idx], lambda a: a.at[0].get(),
+             lambda a: jnp.take(a, idx), np.asarray, str, jax.device_get]
+
+    def read_deleted(read):
+        with pytest.raises(RuntimeError) as info:
+            read(gone)
+        assert str(info.value).splitlines()[0] == "Array has been deleted with shape=float32[29]."
+        assert type(info.value) is RuntimeError and not isinstance(info.value, ValueError)
+
+    read_deleted(lambda a: a - 3)                      # a first call on the deleted array ...
+    for _ in range(3):
+        for read in reads:
+            read(jnp.ones(29))                         # ... then every read runs on live arrays
+    jax.effects_barrier()
+    for read in reads:
+        read_deleted(read)
     total.clear_cache()                                # a cleared cache starts over
     total(jnp.ones(29))
-    with pytest.raises(ValueError, match="Buffer has been deleted or donated"):
-        total(gone)
-    for read in (np.asarray, str, jax.device_get):
-        with pytest.raises(RuntimeError, match=r"^Array has been deleted") as info:
-            read(gone)
-        assert type(info.value) is RuntimeError
-    capfd.readouterr()                                 # XLA's E-lines for the fast-path failures
+    read_deleted(total)
 
 
 def aligned_ones(n, alignment=64, offset_bytes=0):
@@ -242,6 +241,7 @@ def test_deleted_is_not_reused_when_device_put_shares_aligned_numpy_memory(offse
 
 
 def test_shape_and_dtype_still_readable():
+    # Lesson 2 (l2-meta-md, l2-meta); test_claims_beyond adds size, ndim, sharding and the live side.
     s = jnp.ones((2, 3), jnp.float32)
     jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones((2, 3)))
     assert s.shape == (2, 3) and s.dtype == jnp.float32
@@ -255,7 +255,7 @@ def test_argnums_and_argnames_map_to_each_other():
 
 
 def test_keyword_arguments_are_donated():
-    # The FAQ says keyword arguments are not donated: false for jit here.
+    # Lesson 2 (l2-argnames-md, l2-forms): jit donates an argument passed by keyword.
     f = jax.jit(fresh_add(), donate_argnums=0)
     s = jnp.ones(4)
     f(s=s, d=jnp.ones(4))
@@ -275,10 +275,13 @@ def test_decorator_forms():
         return state + d
 
     c = jax.jit(c_raw, donate_argnames="state")
-    for f in (a, b, c):
-        s = jnp.ones(4)
-        f(s, jnp.ones(4))
-        assert s.is_deleted()
+    for f in (a, b, c):      # Lesson 2 (l2-forms): each form donates by position and by keyword
+        s, kept = jnp.ones(4), jnp.ones(4)
+        f(s, kept)
+        assert s.is_deleted() and not kept.is_deleted()
+        s, kept = jnp.ones(4), jnp.ones(4)
+        f(state=s, d=kept)
+        assert s.is_deleted() and not kept.is_deleted()
 
 
 def test_numpy_input_no_error_no_warning_untouched():
@@ -296,57 +299,8 @@ def test_kwargs_only_function_needs_argnames():
     assert s.is_deleted()
 
 
-def test_a_jitted_function_with_a_side_effect_never_takes_the_fast_path(capfd):
-    """Lesson 2 (l2-read3, l2-effect): after live calls with the signature, a plain
-    jitted function raises ValueError on a donated input; one that prints with
-    jax.debug.print raises RuntimeError, however often it ran. A host callback
-    without a side effect (jax.pure_callback) takes the fast path like a plain one."""
-    gone = jnp.ones(37)
-    jax.jit(lambda a: a * 2, donate_argnums=0)(gone)
-    quiet = jax.jit(lambda a: a * 2)
-    loud = jax.jit(lambda a: (jax.debug.print("a[0] = {}", a[0]), a * 2)[1])
-    pure = jax.jit(lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a) * 2)
-    for _ in range(3):
-        quiet(jnp.ones(37)), loud(jnp.ones(37)), pure(jnp.ones(37))
-    jax.effects_barrier()
-    for fn in (quiet, pure):
-        with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
-            fn(gone)
-        assert not isinstance(info.value, RuntimeError)
-    for _ in range(2):
-        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[37\]\.") as info:
-            loud(gone)
-        assert type(info.value) is RuntimeError
-        loud(jnp.ones(37))
-        jax.effects_barrier()
-    assert "a[0] = 1.0" in capfd.readouterr().out
-
-
-def test_square_bracket_indexing_raises_runtime_error_at_get_and_take_take_the_fast_path(capfd):
-    """Lesson 2 (l2-read3, l2-index, l2-summary): after three live calls, x[0], x[1:]
-    and x[idx] on a donated array raise RuntimeError; x.at[0].get() and jnp.take raise
-    ValueError, like other jitted operations. float32[41] is used nowhere else."""
-    gone = jnp.ones(41)
-    jax.jit(lambda a: a * 2, donate_argnums=0)(gone)
-    idx = jnp.array([0, 2])
-    brackets = [lambda a: a[0], lambda a: a[1:], lambda a: a[idx]]
-    jitted = [lambda a: a.at[0].get(), lambda a: jnp.take(a, idx)]
-    for _ in range(3):
-        for read in brackets + jitted:
-            read(jnp.ones(41))
-    for read in brackets:
-        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[41\]\.") as info:
-            read(gone)
-        assert type(info.value) is RuntimeError
-    for read in jitted:
-        with pytest.raises(ValueError, match="Buffer has been deleted or donated") as info:
-            read(gone)
-        assert not isinstance(info.value, RuntimeError)
-    capfd.readouterr()
-
-
 def test_explain_donation_reports_the_plan_which_the_call_can_decline():
-    """Lesson 2 (l2-explain-md, l2-plan): explain_donation reports the planned reuse
+    """Lesson 2 (l2-explain-md, l2-explain, l2-plan-md, l2-plan): explain_donation reports the planned reuse
     (the compiled input/output aliases) for a plain array, one with a live NumPy view
     and one in NumPy's memory, and no reuse for an argument not donated; the call
     reuses only the plain one's buffer."""
