@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 NOT_USABLE = "Some donated buffers were not usable"
-FAQ = "See an explanation at https://docs.jax.dev/en/latest/faq.html#buffer-donation."
+EXPLANATION = "See an explanation at https://docs.jax.dev/en/latest/201/jit.html#jax-201-buffer-donation."
 
 
 def fresh_add():
@@ -324,16 +324,21 @@ def test_explain_donation_reports_the_plan_which_the_call_can_decline():
 # ---- lesson 03 -----------------------------------------------------------
 
 def test_second_reference_is_deleted_too():
+    # Lesson 3 (l3-ref): another name, a list entry and a closure all hold the deleted array;
+    # reading through the closure raises RuntimeError. The new state is fine.
     s = jnp.ones(4)
     alias, in_list = s, [s]
     closure = lambda: s.sum()  # noqa: E731
-    jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones(4))
+    new = jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones(4))
     assert alias.is_deleted() and in_list[0].is_deleted()
-    with pytest.raises(RuntimeError, match="Array has been deleted"):
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[4\]\.") as info:
         closure()
+    assert type(info.value) is RuntimeError
+    np.testing.assert_array_equal(new, 2.0)
 
 
 def test_copy_keeps_the_old_value():
+    # Lesson 3 (l3-old): a copy made before the call survives the donation.
     s = jnp.arange(4.0)
     old = s.copy()
     jax.jit(fresh_add(), donate_argnums=0)(s, jnp.ones(4))
@@ -344,14 +349,14 @@ def test_copy_keeps_the_old_value():
 def test_warning_text_shape_mismatch_not_deleted():
     a = jnp.ones((1, 3))
     _, caught = call_recording_warnings(jax.jit(fresh_add(), donate_argnums=0), a, jnp.ones((2, 3)))
-    assert caught == [f"{NOT_USABLE}: float32[1,3].\n{FAQ}"]
+    assert caught == [f"{NOT_USABLE}: float32[1,3].\n{EXPLANATION}"]
     assert not a.is_deleted()
 
 
 def test_more_donations_than_outputs_leftmost_wins():
     x, y = jnp.ones((2, 3)), jnp.ones((2, 3))
     _, caught = call_recording_warnings(jax.jit(fresh_add(), donate_argnums=(0, 1)), x, y)
-    assert caught == [f"{NOT_USABLE}: float32[2,3].\n{FAQ}"]
+    assert caught == [f"{NOT_USABLE}: float32[2,3].\n{EXPLANATION}"]
     assert x.is_deleted() and not y.is_deleted()
 
 
@@ -385,7 +390,7 @@ def test_pass_two_same_element_count_no_warning():
 @pytest.mark.parametrize("target,reused", [(jnp.int8, False), (jnp.float16, False), (jnp.int32, True),
                                            (jnp.float32, True)])
 def test_an_output_reuses_a_donated_buffer_only_at_the_same_byte_size(target, reused):
-    # Lesson 3 (l3-unusable, l3-bytes): a float32[64] is not reused for an int8[64] or
+    # Lesson 3 (l3-bytes): a float32[64] is not reused for an int8[64] or
     # float16[64] result although it would fit, and nothing warns; same bytes, reused.
     x = jnp.ones(64, jnp.float32)
     f = jax.jit(lambda c: c.astype(target) * 2, donate_argnums=0)
@@ -399,7 +404,7 @@ def test_an_output_reuses_a_donated_buffer_only_at_the_same_byte_size(target, re
 
 
 def test_pass_two_pairing_only_hands_the_buffer_over_xla_reuses_it_for_an_output_of_equal_bytes():
-    # Lesson 3 (l3-pass2-md, l3-elsewhere, summary): the float32[8] is paired with int8[8] (as
+    # Lesson 3 (l3-pass2-md, l3-elsewhere): the float32[8] is paired with int8[8] (as
     # many elements: no warning, marked a buffer donor), but XLA puts the float16[16] output
     # (32 bytes, like the input) in its buffer, and the input is deleted. Without a 32-byte
     # output the same pairing reuses nothing: no warning, not deleted.
@@ -426,7 +431,7 @@ def test_an_input_left_without_a_free_output_is_not_handed_to_xla():
     f = jax.jit(lambda s, c: s.astype(jnp.float32) + c, donate_argnums=(0, 1))
     small, counts = jnp.ones(4, jnp.int8), jnp.ones(4, jnp.int32)
     _, caught = call_recording_warnings(f, small, counts)
-    assert caught == [f"{NOT_USABLE}: int32[4].\n{FAQ}"]
+    assert caught == [f"{NOT_USABLE}: int32[4].\n{EXPLANATION}"]
     assert not small.is_deleted() and not counts.is_deleted()
     text, _ = call_recording_warnings(lambda: f.lower(jnp.ones(4, jnp.int8), jnp.ones(4, jnp.int32)).as_text())
     assert "tensor<4xi8> {jax.buffer_donor = true}" in text and "tensor<4xi32> {" not in text
@@ -437,38 +442,39 @@ def test_an_output_with_fewer_elements_warns_one_with_as_many_does_not():
     # input's shape and dtype nor its element count.
     x = jnp.ones(64)
     _, caught = call_recording_warnings(jax.jit(lambda c: c[:32] * 2, donate_argnums=0), x)
-    assert caught == [f"{NOT_USABLE}: float32[64].\n{FAQ}"] and not x.is_deleted()
+    assert caught == [f"{NOT_USABLE}: float32[64].\n{EXPLANATION}"] and not x.is_deleted()
     x = jnp.ones(64)
     _, caught = call_recording_warnings(jax.jit(lambda c: c.astype(jnp.int8), donate_argnums=0), x)
     assert caught == [] and not x.is_deleted()
 
 
 def test_the_warning_needs_a_free_output_of_as_many_elements_more_is_not_enough():
-    # Lesson 3 (l3-unusable, l3-bytes, summary): an output with MORE elements does not
+    # Lesson 3 (l3-fewer-md, l3-more): an output with MORE elements does not
     # silence the warning; an output already taken by another donated input does not either.
     x = jnp.ones(3)
     _, caught = call_recording_warnings(jax.jit(lambda c: jnp.concatenate([c, c]), donate_argnums=0), x)
-    assert caught == [f"{NOT_USABLE}: float32[3].\n{FAQ}"] and not x.is_deleted()
+    assert caught == [f"{NOT_USABLE}: float32[3].\n{EXPLANATION}"] and not x.is_deleted()
     a, b = jnp.ones(4), jnp.ones(4)
     _, caught = call_recording_warnings(jax.jit(lambda p, q: p + q, donate_argnums=(0, 1)), a, b)
-    assert caught == [f"{NOT_USABLE}: float32[4].\n{FAQ}"] and a.is_deleted() and not b.is_deleted()
+    assert caught == [f"{NOT_USABLE}: float32[4].\n{EXPLANATION}"] and a.is_deleted() and not b.is_deleted()
     c = jnp.ones(6)  # the other side: a free output of as many elements (any shape) takes it, no warning
     _, caught = call_recording_warnings(jax.jit(lambda v: v.reshape(2, 3) * 2, donate_argnums=0), c)
     assert caught == [] and c.is_deleted()
 
 
-def test_a_deleted_array_raises_runtime_error_where_a_donated_one_raises_value_error():
-    # Lesson 3 (l3-delete-md): after Array.delete(), even an operation's fast path (its
-    # first call with the shape succeeded) raises RuntimeError; for a donated array, ValueError.
+def test_a_deleted_and_a_donated_array_raise_the_same_runtime_error():
+    # Lesson 3 (l3-delete-md): after Array.delete(), as after donation, a function that already
+    # ran on a live array of that shape raises RuntimeError: Array has been deleted.
     f = jax.jit(lambda v: v * 2)
-    f(jnp.ones(3))
+    np.testing.assert_array_equal(f(jnp.ones(3)), 2.0)
     deleted, donated = jnp.ones(3), jnp.ones(3)
     deleted.delete()
     jax.jit(lambda v: v + 1, donate_argnums=0)(donated)
-    with pytest.raises(RuntimeError):
-        f(deleted)
-    with pytest.raises(ValueError):
-        f(donated)
+    assert deleted.is_deleted() and donated.is_deleted()
+    for gone in (deleted, donated):
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[3\]\.") as info:
+            f(gone)
+        assert type(info.value) is RuntimeError
 
 
 def test_a_live_numpy_view_blocks_donation_silently():
@@ -537,7 +543,7 @@ def test_same_array_twice_one_donated_runs_when_no_output_can_take_it():
 
 
 def test_same_array_twice_one_donated_runs_silently_with_an_output_of_as_many_elements_but_other_bytes():
-    # Lesson 3 (summary): an int8[4] output has as many elements as the donated float32[4]
+    # Lesson 3 (l3-twice-sum): an int8[4] output has as many elements as the donated float32[4]
     # (paired, so no warning) but another byte size (not reused): the call runs, silently,
     # and nothing is deleted. The float32[4] output on the other side fails (l3-twice).
     x = jnp.ones(4)
@@ -562,6 +568,7 @@ def test_unused_argument_pruned_no_warning_not_deleted():
 
 
 def test_nested_jit_donation_ignored_silently():
+    # Lesson 3 (l3-nested); the other side, called directly, donates (every test above).
     inner = jax.jit(fresh_add(), donate_argnums=0)
     outer = jax.jit(lambda s, d: inner(s, d) * 2)
     s = jnp.ones(4)
@@ -582,26 +589,26 @@ def test_jax_runtime_error_is_a_runtime_error():
     assert issubclass(jax.errors.JaxRuntimeError, RuntimeError)
 
 
-def test_already_compiled_function_raises_value_error_on_a_deleted_array(capfd):
-    # Lesson 3: the fast path of a compiled function raises ValueError, not RuntimeError.
+def test_compiled_functions_and_the_donating_one_raise_runtime_error_on_a_donated_array(capfd):
+    # Lesson 3 (l3-ref3-md): the donating function itself, and an operation that already ran on a
+    # live array of that shape, raise RuntimeError: Array has been deleted; nothing is logged on
+    # stderr. The other side: on live arrays both run.
     update = jax.jit(fresh_add(), donate_argnums=0)
+    total = jax.jit(lambda a: a.sum())
+    assert float(total(jnp.ones(4))) == 4.0
     s = jnp.ones(4)
     update(s, jnp.ones(4))
+    np.testing.assert_array_equal(update(jnp.ones(4), jnp.ones(4)), 2.0)
     capfd.readouterr()
-    with pytest.raises(ValueError, match="Buffer has been deleted or donated"):
-        update(s, jnp.ones(4))
-    # ... and XLA's C++ log prints the same failure on stderr (lesson 3 says so)
-    assert "Buffer has been deleted or donated" in capfd.readouterr().err
-    total = jax.jit(lambda a: a.sum())
-    total(jnp.ones(4))
-    t = jnp.ones(4)
-    jax.jit(fresh_add(), donate_argnums=0)(t, jnp.ones(4))
-    with pytest.raises(ValueError, match="Invalid buffer passed to Execute"):
-        total(t)
+    for read in (lambda: update(s, jnp.ones(4)), lambda: total(s), lambda: s + 1):
+        with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[4\]\.") as info:
+            read()
+        assert type(info.value) is RuntimeError
+    assert capfd.readouterr().err == ""
 
 
 def test_passthrough_output_reuses_its_donated_input():
-    # Lesson 3, exercise 3.2: (a * b, c) with a, b, c donated deletes a and c, not b.
+    # Lesson 3, the practice question (l3-q2-md): (a * b, c) with a, b, c donated deletes a and c, not b.
     a, b, c = jnp.ones(3), jnp.ones(3), jnp.ones(5, dtype=jnp.int32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -611,6 +618,7 @@ def test_passthrough_output_reuses_its_donated_input():
 
 
 def test_copy_survives_and_ema_donates_only_the_average():
+    # Lesson 3 (l3-ema): donate the average, not the parameters.
     ema = jax.jit(lambda avg, params: 0.9 * avg + 0.1 * params, donate_argnums=0)
     avg, params = jnp.zeros(4), jnp.ones(4)
     ema(avg, params)
@@ -643,6 +651,7 @@ def test_pytest_filterwarnings_ini_turns_the_warning_into_a_failure(tmp_path):
 
 
 def test_shared_leaf_in_a_donated_pytree():
+    # Lesson 3 (l3-twice3, l3-twice4): tied leaves fail and delete nothing; separate buffers donate.
     step = jax.jit(lambda s: {"w": s["w"] * 2, "w_ema": s["w_ema"] * 3}, donate_argnums=0)
     z = jnp.ones(4)
     with pytest.raises(jax.errors.JaxRuntimeError, match="Attempt to donate the same buffer twice"):

@@ -130,31 +130,37 @@ def test_any_change_to_the_filters_shows_the_same_text_again():
     assert [str(w.message).splitlines()[0] for w in caught] == [f"{NOT_USABLE}: float32[1,15]."] * 2
 
 
-def test_xla_logs_a_deleted_buffer_read_on_stderr_with_the_date_not_a_code():
-    """The red lines of l2-read3 and l3-ref3: glog's severity letter E, then
-    the month and day (MMDD), then the time; the same read of a live array
-    logs nothing."""
+def test_xla_logs_tied_leaves_on_stderr_with_the_date_but_not_a_deleted_buffer_read():
+    """The red lines of l3-twice3-md: a call with two tied leaves logs glog's severity
+    letter E, then the month and day (MMDD), then the time, before the JaxRuntimeError.
+    The other side: reading a donated array raises RuntimeError and logs nothing."""
     import datetime as dt
     import re
 
     code = textwrap.dedent("""
+        import sys
         import jax, jax.numpy as jnp
         donate = jax.jit(lambda a: a * 2, donate_argnums=0)
-        x = jnp.ones(5); x * 3                      # the fast path now exists for float32[5]
-        live = jnp.ones(5); live * 3                # a live read: no log line
-        print("LIVE-DONE", flush=True)
-        import sys; sys.stderr.write("LIVE-DONE\\n"); sys.stderr.flush()
+        x = jnp.ones(5); x * 3                      # the operation has run on a live float32[5]
         donate(x)
         try:
             x * 3
-        except ValueError:
-            pass
+        except RuntimeError as err:
+            print("READ", type(err).__name__, flush=True)
+        sys.stderr.write("READ-DONE\\n"); sys.stderr.flush()
+        z = jnp.ones(4)
+        try:
+            jax.jit(lambda s: {"w": s["w"] * 2, "w_ema": s["w_ema"] * 3}, donate_argnums=0)({"w": z, "w_ema": z})
+        except jax.errors.JaxRuntimeError as err:
+            print("TIED", type(err).__name__, flush=True)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    before, _, after = r.stderr.partition("LIVE-DONE")
-    assert "ExecutePrepareWithOomRetries" not in before
+    assert r.stdout.split() == ["READ", "RuntimeError", "TIED", "JaxRuntimeError"], r.stdout
+    before, _, after = r.stderr.partition("READ-DONE")
+    assert "ExecutePrepareWithOomRetries" not in before and "deleted" not in before.lower(), before
     line = next(ln for ln in after.splitlines() if "ExecutePrepareWithOomRetries failed" in ln)
+    assert "Attempt to donate the same buffer twice" in line, line
     m = re.match(r"E(\d{2})(\d{2}) \d{2}:\d{2}:\d{2}\.\d+ ", line)
     assert m, line
     today = dt.datetime.now()
@@ -162,12 +168,13 @@ def test_xla_logs_a_deleted_buffer_read_on_stderr_with_the_date_not_a_code():
     assert (int(m.group(1)), int(m.group(2))) in days, line
 
 
-# ---- lesson 3: closures, keep_unused, delete(), static (l3-closure .. l3-static) ----
+# ---- lesson 3: closures, keep_unused, delete(), static (l3-nested, l3-keep, l3-delete, l3-static) ----
 
 def test_closed_over_constants_are_never_donated_arguments_are():
+    # Lesson 3 (l3-nested, its second half): silently, no warning
     table, a = jnp.ones(4), jnp.ones(4)
-    jax.jit(lambda a: a + table, donate_argnums=0)(a)
-    assert a.is_deleted() and not table.is_deleted()
+    _, messages = record(jax.jit(lambda a: a + table, donate_argnums=0), a)
+    assert a.is_deleted() and not table.is_deleted() and messages == []
 
 
 def test_unused_argument_is_donated_only_with_keep_unused():
@@ -218,7 +225,7 @@ def test_loop_carry_donation_carries_through_the_outer_jit(name):
 
 
 def test_a_loop_carry_is_matched_like_any_other_output():
-    # Lesson 3 (l3-beyond-md, summary): the final carry takes the donated buffer when it is
+    # Lesson 3 (l3-beyond-md): the final carry takes the donated buffer when it is
     # matched to the donated input (the only output, above). Returned after an earlier output
     # of the same shape and dtype (ys[0]), it is not: ys[0] takes the buffer.
     def first_and_final(carry, xs):
@@ -502,9 +509,9 @@ def test_a_live_device_get_result_blocks_donation_like_a_numpy_view():
     assert messages == [] and z.is_deleted()
 
 
-# ---- lesson 3: the fast path's whole signature, the element-count rule, control flow outside jit,
-# ---- and where the one-device rules stop (l3-ref3-md, l3-signature, l3-count, l3-control, l3-view,
-# ---- l3-unusable-md; the figure's "(donation requested)" is in test_pictures.py) ----
+# ---- lesson 3: every read of a donated array, the element-count rule, control flow outside jit,
+# ---- and where the one-device rules stop (l3-ref3-md, l3-count, l3-control, l3-view, l3-unusable-md;
+# ---- the figure's "(donation requested)" is in test_pictures.py) ----
 
 def deleted_by_donation(x):
     jax.jit(lambda s: s * 1, donate_argnums=0)(x)
@@ -516,47 +523,54 @@ def committed(x):
     return jax.device_put(x, jax.devices()[0])
 
 
-@pytest.mark.parametrize("first_live,donated,raises", [
-    (lambda: jnp.ones(37), lambda: jnp.ones(37), ValueError),              # the same signature
-    (lambda: jnp.ones(37), lambda: jnp.full(37, 0.5), RuntimeError),       # weak-typed: another one
-    (lambda: jnp.ones(37), lambda: committed(jnp.ones(37)), RuntimeError),  # committed: another one
-    (lambda: jnp.full(37, 0.5), lambda: jnp.full(37, 0.5), ValueError),    # weak after a weak first call
-    (lambda: committed(jnp.ones(37)), lambda: committed(jnp.ones(37)), ValueError)])
-def test_the_fast_path_is_per_signature_weak_type_and_commitment_included(first_live, donated, raises):
-    """Lesson 3 (l3-ref3-md, l3-signature): the first live call makes the fast path for
-    its signature only; a deleted array of the same shape and dtype but another weak type
-    or commitment goes through Python (RuntimeError), one of the same signature raises
-    ValueError. A fresh function per case, so no other case made its first call."""
-    plus_one = jax.jit(lambda v: v + 1)
-    live = first_live()
-    plus_one(live)
-    gone = deleted_by_donation(donated())
-    same_signature = (gone.weak_type, gone.committed) == (live.weak_type, live.committed)
-    assert same_signature is (raises is ValueError)
-    with pytest.raises(raises) as info:
-        plus_one(gone)
-    assert isinstance(info.value, RuntimeError) is (raises is RuntimeError)
+def positional(f, x):
+    return f(x)
 
 
-@pytest.mark.parametrize("callback", [True, False])
-def test_a_side_effect_keeps_a_function_off_the_fast_path(callback, capfd):
-    """Lesson 3 (l3-ref3, l3-signature): `shout` (jax.debug.print, a side effect) ran
-    live three times and still raises RuntimeError on a donated array of that
-    signature; the same function without the print raises ValueError. (A callback
-    without a side effect, jax.pure_callback, takes the fast path: test_claims_basics.)"""
-    def body(v):
-        if callback:
-            jax.debug.print("shout: {}", v[0])
-        return v + 1
+def keyword(f, x):
+    return f(v=x)
 
-    fn = jax.jit(body)
+
+def shout(v):
+    jax.debug.print("shout: {}", v[0])   # a side effect
+    return v + 1
+
+
+READS = {
+    # name: (the jitted function, its first call (on a live array), the array, the read of the deleted one)
+    "the same signature": (lambda v: v + 1, {}, positional, lambda: jnp.ones(37), positional),
+    "weak-typed": (lambda v: v + 1, {}, positional, lambda: jnp.full(37, 0.5), positional),
+    "committed": (lambda v: v + 1, {}, positional, lambda: committed(jnp.ones(37)), positional),
+    "keyword after positional": (lambda v: v + 1, {}, positional, lambda: jnp.ones(37), keyword),
+    "keyword after keyword": (lambda v: v + 1, {}, keyword, lambda: jnp.ones(37), keyword),
+    "the same static value": (lambda v, n: v * n, dict(static_argnums=1), lambda f, x: f(x, 2),
+                              lambda: jnp.ones(37), lambda f, x: f(x, 2)),
+    "a new static value": (lambda v, n: v * n, dict(static_argnums=1), lambda f, x: f(x, 2),
+                           lambda: jnp.ones(37), lambda f, x: f(x, 3)),
+    "a tuple after a tuple": (lambda t: t[0] + 1, {}, lambda f, x: f((x,)), lambda: jnp.ones(37),
+                              lambda f, x: f((x,))),
+    "a list after a tuple": (lambda t: t[0] + 1, {}, lambda f, x: f((x,)), lambda: jnp.ones(37),
+                             lambda f, x: f([x])),
+    "a side effect": (shout, {}, positional, lambda: jnp.ones(37), positional),
+}
+
+
+@pytest.mark.parametrize("name", READS)
+def test_every_read_of_a_donated_array_raises_runtime_error_whatever_ran_before(name, capfd):
+    """Lesson 3 (l3-ref3-md, l3-delete-md): a function that ran on a live array (three
+    times) raises RuntimeError: Array has been deleted on a donated one, however it is
+    passed and whatever its weak type, commitment, static values, container or side
+    effects. The other side: the same call on a live array runs. A fresh function per case."""
+    body, options, first_call, make, call = READS[name]
+    fn = jax.jit(body, **options)
     for _ in range(3):
-        fn(jnp.ones(43))
-    gone = deleted_by_donation(jnp.ones(43))
-    with pytest.raises(RuntimeError if callback else ValueError) as info:
-        fn(gone)
-    assert isinstance(info.value, RuntimeError) is callback
-    assert capfd.readouterr().out.count("shout: 1.0") == (3 if callback else 0)
+        first_call(fn, jnp.ones(37))
+    call(fn, make())                                  # the read itself, on a live array: runs
+    gone = deleted_by_donation(make())
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[37\]\.") as info:
+        call(fn, gone)
+    assert type(info.value) is RuntimeError
+    assert "ExecutePrepareWithOomRetries" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("source,target,n_in,n_out", [
@@ -564,7 +578,7 @@ def test_a_side_effect_keeps_a_function_off_the_fast_path(callback, capfd):
     (jnp.float32, jnp.int8, 64, 128), (jnp.int8, jnp.float32, 8, 2), (jnp.float32, jnp.int8, 64, 256),
     (jnp.float32, jnp.bfloat16, 1024, 2048)])
 def test_a_dtype_change_warns_exactly_when_the_element_count_changes(source, target, n_in, n_out):
-    """Lesson 3 (l3-bytes, l3-count, summary): another byte size with as many elements:
+    """Lesson 3 (l3-bytes, l3-count): another byte size with as many elements:
     not reused, not deleted, no warning. Another number of elements: the warning, even
     when the output would fit (float32[64] -> int8[128]) or has the same bytes
     (int8[8] -> float32[2], float32[64] -> int8[256]). Never deleted."""
@@ -669,52 +683,9 @@ def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
     assert res["half, one device"] == [False, [f"{NOT_USABLE}: float32[16]."]]
 
 
-# ---- lesson 3: what a signature is, for the fast path and for the warning; what the warning's text names
-# ---- (l3-ref3-md, l3-signature2, l3-once, l3-once-lower, l3-once2, l3-strict-md, l3-summary); a view of a
-# ---- replicated array: test_where_lesson_3s_one_device_rules_stop_on_eight_devices above and the last test ----
-
-def positional(f, x):
-    return f(x)
-
-
-def keyword(f, x):
-    return f(v=x)
-
-
-FAST_PATH_SIGNATURES = {
-    # name: (the jitted function, its first call (on a live array), the call on a deleted array, raises)
-    "positional after positional": (lambda v: v + 1, {}, positional, positional, ValueError),
-    "keyword after positional": (lambda v: v + 1, {}, positional, keyword, RuntimeError),
-    "keyword after keyword": (lambda v: v + 1, {}, keyword, keyword, ValueError),
-    "positional after keyword": (lambda v: v + 1, {}, keyword, positional, RuntimeError),
-    "the same static value": (lambda v, n: v * n, dict(static_argnums=1),
-                              lambda f, x: f(x, 2), lambda f, x: f(x, 2), ValueError),
-    "a new static value": (lambda v, n: v * n, dict(static_argnums=1),
-                           lambda f, x: f(x, 2), lambda f, x: f(x, 3), RuntimeError),
-    "a tuple after a tuple": (lambda t: t[0] + 1, {}, lambda f, x: f((x,)), lambda f, x: f((x,)), ValueError),
-    "a list after a tuple": (lambda t: t[0] + 1, {}, lambda f, x: f((x,)), lambda f, x: f([x]), RuntimeError),
-    "a list after a list": (lambda t: t[0] + 1, {}, lambda f, x: f([x]), lambda f, x: f([x]), ValueError),
-}
-
-
-@pytest.mark.parametrize("name", FAST_PATH_SIGNATURES)
-def test_keywords_static_values_and_containers_are_part_of_the_fast_path_signature(name):
-    """Lesson 3 (l3-ref3-md, l3-signature2): arrays of the same shape, dtype, weak type and
-    commitment (here all plain float32[47]) take the fast path (ValueError) only when the
-    first live call also passed them the same way: by position or by keyword, with the
-    same static values, in the same kind of container. Otherwise the call goes through
-    Python: RuntimeError. A fresh function per case."""
-    body, options, first_call, call, raises = FAST_PATH_SIGNATURES[name]
-    fn = jax.jit(body, **options)
-    live = jnp.ones(47)
-    first_call(fn, live)
-    gone = deleted_by_donation(jnp.ones(47))
-    assert (gone.shape, gone.dtype, gone.weak_type, gone.committed) == (live.shape, live.dtype, False, False)
-    assert not live.weak_type and not live.committed
-    with pytest.raises(raises) as info:
-        call(fn, gone)
-    assert isinstance(info.value, RuntimeError) is (raises is RuntimeError)
-
+# ---- lesson 3: what a signature is for the warning, and what the warning's text names
+# ---- (l3-once-md, l3-once, l3-once-lower, l3-once2, l3-strict-md); a view of a replicated array:
+# ---- test_where_lesson_3s_one_device_rules_stop_on_eight_devices above and the last test ----
 
 def donating_add(**options):
     return jax.jit(lambda a, b: a + b, donate_argnums=0, **options)
@@ -776,7 +747,7 @@ class LogRecords(logging.Handler):
 
 
 def test_the_warning_comes_once_per_lowering_not_once_per_compilation():
-    """Lesson 3 (l3-once-lower, l3-strict-md, summary): `.lower()` warns and compiles
+    """Lesson 3 (l3-once-lower, l3-strict-md): `.lower()` warns and compiles
     nothing (no "Finished XLA compilation" in JAX's compile log); compiling that
     lowering, and then a call with the same signature, add no warning. The other side: a
     function first compiled by `.lower().compile()` warns there, once."""
@@ -804,7 +775,7 @@ def test_the_warning_comes_once_per_lowering_not_once_per_compilation():
 
 
 def test_the_text_names_the_donated_types_not_the_function():
-    """Lesson 3 (l3-once2, summary): under Python's default filters a second function with
+    """Lesson 3 (l3-once2): under Python's default filters a second function with
     the same donated types prints nothing, but the same shapes with another dtype, or
     weak-typed (`~float32`), make another text, which is shown."""
     spec = lambda dtype: (jax.ShapeDtypeStruct((1, 23), dtype), jax.ShapeDtypeStruct((2, 23), dtype))  # noqa: E731
