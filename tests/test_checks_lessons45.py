@@ -84,6 +84,23 @@ def test_the_right_sgd_update_passes_and_a_tuple_result_is_named(lesson_4, capsy
     assert one_paragraph(message)
 
 
+def test_donating_params_by_number_passes_too_as_the_exercise_says(lesson_4, capsys):
+    """l4-q1-text: the check reads what the function does, so donate_argnums=0 (the same request) passes.
+    Donating grads as well fails, and JAX's warning about it is quoted in one line, not shown raw."""
+    import warnings
+
+    run(lesson_4, RIGHT_4_1.replace('donate_argnames="params"', "donate_argnums=0"))
+    assert check(lesson_4, LESSON_4, "l4-q1-check") == ""
+    run(lesson_4, RIGHT_4_1.replace('donate_argnames="params"', "donate_argnums=(0, 1)"))
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        message = check(lesson_4, LESSON_4, "l4-q1-check")
+    assert message.startswith("arguments sgd_update asks to donate: expected ['params'], got ['grads', 'params'].")
+    assert escaped == []
+    assert 'While the check ran it, JAX warned "Some donated buffers were not usable' in capsys.readouterr().out
+
+
 # ---- exercise 4.2: untied_params ----
 
 def answer_4_2(namespace: dict, body: str) -> None:

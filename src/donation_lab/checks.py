@@ -458,18 +458,19 @@ def call_answer(what: str, fn, *args, hint: str = ""):
     """`fn(*args)`, the learner's function called from a check. When it raises,
     fail with one paragraph that names the error (no traceback through the
     learner's code and JAX). Arithmetic on whole dicts, the NumPy habit
-    `params - lr * grads`, gets a message of its own. JAX's line announcing a
-    debug_nans re-run is left out of what the call prints; any other printed
-    line is kept."""
+    `params - lr * grads`, gets a message of its own. JAX's warnings and XLA's
+    stderr log lines stay inside the check (a warning is quoted in one line),
+    and so does JAX's line announcing a debug_nans re-run; any other line the
+    call prints is kept."""
     import contextlib
     import io
 
     if not callable(fn):
         raise CheckFailed(f"{what}: this should be a function, got {type(fn).__name__}.")
-    printed = io.StringIO()
+    printed, caught = io.StringIO(), []
     try:
-        with contextlib.redirect_stdout(printed):
-            return fn(*args)
+        with _captured() as caught, contextlib.redirect_stdout(printed):
+            out = fn(*args)
     except CheckFailed:
         raise
     except Exception as exc:
@@ -480,11 +481,16 @@ def call_answer(what: str, fn, *args, hint: str = ""):
                        "jax.tree.map(lambda p, g: ..., params, grads).")
         else:
             message = f"{what} raised {type(exc).__name__}: {line}"
-        raise CheckFailed(message + (f"\nHint: {hint}" if hint else "")) from None
+        note = _warning_note(_warned(caught))
+        raise CheckFailed(message + (f" {note}" if note else "") + (f"\nHint: {hint}" if hint else "")) from None
     finally:
         kept = [line for line in printed.getvalue().splitlines() if _JAX_RERUN_LINE not in line]
         if kept:
             print("\n".join(kept))
+    note = _warning_note(_warned(caught))
+    if note:
+        print(note)
+    return out
 
 
 def expect_untied(what: str, tree, expected: dict, rerun: str, hint: str = "") -> None:
