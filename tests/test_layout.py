@@ -21,7 +21,7 @@ def test_lessons_are_numbered_and_the_exercise_is_last():
     numbers = [int(n[:2]) for n in names]
     assert all(re.match(r"^\d\d_[a-z0-9_]+\.ipynb$", n) for n in names), names
     assert numbers == list(range(1, len(names) + 1)), f"lessons not numbered 01..N in order: {names}"
-    assert names[-1].endswith("_update_with_donate.ipynb"), names
+    assert names[-1] == f"{COURSE.exercise}.ipynb", names  # the notebook holding the exercise's answer cell
 
 
 def _pins(path):
