@@ -30,6 +30,7 @@ c.Execute.extra_arguments = [
     "--HistoryManager.hist_file=:memory:",
     "--IPKernelApp.exec_lines=import donation_course.hidden.exercise",
     "--IPKernelApp.exec_lines=import donation_course.hidden.capstone",
+    "--IPKernelApp.exec_lines=import donation_course.hidden.debugging",
 ]
 
 # solutions/ = the source with answers kept and hidden tests removed, no

@@ -15,6 +15,7 @@ tests/test_upstream_private_apis.py fails when an upgrade changes them.
 from xdist.scheduler import LoadScopeScheduling
 
 SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
+                        "test_grading_debugging.py": "debugging",
                         "test_binder.py": "binder", "test_browser.py": "browser",
                         "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course",
                         "test_cluster.py": "cluster"}
@@ -24,7 +25,8 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
 # `./course test --durations=0`): the scheduler hands out the longest first,
 # so no long test starts last while the other worker sits idle. An ordering
 # hint only: a wrong figure costs time, never a result.
-UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "released_course": 20, "cluster": 90,
+UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "debugging": 60, "released_course": 20,
+                "cluster": 90,
                 "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
                 "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
                 "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,

@@ -39,7 +39,7 @@ DANGEROUS = frozenset({"ctypes", "_ctypes", "subprocess", "_posixsubprocess", "s
 # Process events a library the learner may import can cause on its own behalf
 SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork")
 WATCHED = ("donation_course.hidden.safe", "donation_course.hidden.exercise", "donation_course.hidden.capstone",
-           "donation_lab.checks")
+           "donation_course.hidden.debugging", "donation_lab.checks")
 MAGICS_ALLOWED = ("time", "timeit")
 
 
