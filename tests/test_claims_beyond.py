@@ -289,7 +289,7 @@ def test_compiled_before_debug_nans_breaks_on_log_but_names_sqrt_of_an_undonated
         jax.config.update("jax_debug_nans", False)
 
 
-# ---- lesson 6: device count switches, and an array on another device (l6-flags, l6-other) ----
+# ---- lesson 6: device count switches (l6-flags-text, l6-late-text), an array on another device (l6-other) ----
 
 def run_fresh(code):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
@@ -655,16 +655,15 @@ EIGHT_DEVICE_LIMITS = """
 """
 
 
-def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
-    """Lesson 3's view and warning rules are one-device rules (l3-view, l3-unusable-md).
-    On 8 devices, on an Explicit or an Auto mesh: np.asarray and jax.device_get of a split
-    array assemble a copy, which blocks nothing (the array is donated while it lives, each
-    piece reused). Of a replicated array they return a view of device 0's copy: only that
-    copy is kept; the other seven are donated and reused, silently, and x.is_deleted() still
-    says False (what that half-donated array does next:
-    test_a_jitted_operation_on_a_half_donated_replicated_array_crashes_the_process). An Auto-mesh jit
-    given no out_shardings never warns, whether the donation is used or not; given
-    out_shardings, or on one device, the same function warns."""
+def test_a_numpy_view_on_eight_devices_holds_back_only_the_copy_it_reads():
+    """Lesson 6 (l6-view-text, l6-view). On 8 devices, on an Explicit or an Auto mesh:
+    np.asarray and jax.device_get of a split array assemble a copy, which blocks nothing (the
+    array is donated while it lives, each piece reused). Of a replicated array they return a
+    view of device 0's copy: only that copy is kept; the other seven are donated and reused,
+    silently, and x.is_deleted() still says False (what that half-donated array does next:
+    test_an_operation_on_a_half_donated_replicated_array_raises_and_later_programs_on_devices_hang).
+    Lesson 6 (l6-auto-text): an Auto-mesh jit given no out_shardings never warns, whether the
+    donation is used or not; given out_shardings, or on one device, the same function warns."""
     res = result_on_eight_devices(textwrap.dedent(EIGHT_DEVICE_LIMITS))
     assert res["devices"] == 8
     first, others = [True] + [False] * 7, [False] + [True] * 7
@@ -684,8 +683,8 @@ def test_where_lesson_3s_one_device_rules_stop_on_eight_devices():
 
 
 # ---- lesson 3: what a signature is for the warning, and what the warning's text names
-# ---- (l3-once-md, l3-once, l3-once-lower, l3-once2, l3-strict-md); a view of a replicated array:
-# ---- test_where_lesson_3s_one_device_rules_stop_on_eight_devices above and the last test ----
+# ---- (l3-once-md, l3-once, l3-once-lower, l3-once2, l3-strict-md); lesson 6, a view of a replicated
+# ---- array: test_a_numpy_view_on_eight_devices_holds_back_only_the_copy_it_reads above and the last test ----
 
 def donating_add(**options):
     return jax.jit(lambda a, b: a + b, donate_argnums=0, **options)
@@ -790,11 +789,11 @@ def test_the_text_names_the_donated_types_not_the_function():
 
 
 HALF_DONATED = """
-    import sys
+    import os, sys, threading
     import numpy as np, jax, jax.numpy as jnp
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(getattr(AxisType, sys.argv[2]),))
     replicated = NamedSharding(mesh, P())
     step = jax.jit(lambda s, d: s + d, donate_argnums=0, out_shardings=replicated)
     x = jax.device_put(jnp.arange(16.0), replicated)
@@ -806,19 +805,38 @@ HALF_DONATED = """
         x + 1
         print("RESULT ran", flush=True)
     except RuntimeError as err:
-        print("RESULT", type(err).__name__, flush=True)
+        print("RESULT", type(err).__name__, str(err).split(": while")[0], flush=True)
+    # every later program on several devices, after the error; one-device work
+    two = NamedSharding(jax.make_mesh((2,), ("x",), devices=jax.devices()[5:7]), P("x"))
+    for name, sharding in (("one device", jax.devices()[3]), ("two devices", two), ("eight devices", replicated)):
+        later = threading.Thread(target=lambda: (jax.device_put(jnp.arange(4.0), sharding) * 2).block_until_ready(),
+                                 daemon=True)
+        later.start()
+        later.join(10)
+        print("LATER", name, "hangs" if later.is_alive() else "finishes", flush=True)
+    os._exit(0)
 """
 
 
+@pytest.mark.parametrize("axis_type", ["Explicit", "Auto"])
 @pytest.mark.parametrize("view", [True, False])
-def test_a_jitted_operation_on_a_half_donated_replicated_array_crashes_the_process(view):
-    """Lesson 3 (l3-view-md, summary): donated while a NumPy view of one device's copy was
-    alive, a replicated array keeps that copy and loses the seven others; is_deleted() says
-    False, and `x + 1` then kills the Python process (a signal, not an exception). The other
-    side: donated with no view, the array is deleted and `x + 1` raises RuntimeError."""
-    proc = run_on_eight_devices(textwrap.dedent(HALF_DONATED), "view" if view else "none")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(("DELETED", "RESULT"))]
+def test_an_operation_on_a_half_donated_replicated_array_raises_and_later_programs_on_devices_hang(view, axis_type):
+    """Lesson 6 (l6-view-after-text, l6-view-after): donated while a NumPy view of one device's
+    copy was alive, a replicated array keeps that copy and loses the seven others; is_deleted()
+    says False, and `x + 1` then raises JaxRuntimeError ("Buffer has been deleted or donated").
+    After that error, every later program on two or more devices hangs (still running after 10 s),
+    while work on one device still runs. The other side: donated with no view, the array is
+    deleted, `x + 1` raises RuntimeError ("Array has been deleted") and later programs run."""
+    proc = run_on_eight_devices(textwrap.dedent(HALF_DONATED), "view" if view else "none", axis_type)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("DELETED", "RESULT", "LATER"))]
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
     if view:
-        assert proc.returncode < 0 and lines == ["DELETED False"], (proc.returncode, proc.stdout, proc.stderr[-2000:])
+        assert lines == [
+            "DELETED False",
+            "RESULT JaxRuntimeError INVALID_ARGUMENT: Invalid buffer passed to Execute() as argument 0 to replica 0: "
+            "INVALID_ARGUMENT: Buffer has been deleted or donated.",
+            "LATER one device finishes", "LATER two devices hangs", "LATER eight devices hangs"], proc.stdout
     else:
-        assert proc.returncode == 0 and lines == ["DELETED True", "RESULT RuntimeError"], proc.stderr[-2000:]
+        assert lines == ["DELETED True", "RESULT RuntimeError Array has been deleted with shape=float32[16].",
+                         "LATER one device finishes", "LATER two devices finishes",
+                         "LATER eight devices finishes"], proc.stdout
