@@ -68,3 +68,20 @@ def test_an_output_claim_fails_when_the_cell_shows_the_other_error():
     cell.outputs = [new_output("error", ename="RuntimeError", evalue="Array has been deleted", traceback=[])]
     assert output_claim_mismatches(nb) == []
     nbformat.validate(nb)
+
+
+def test_study_time_counts_prose_code_cells_and_exercises_at_the_stated_rates(tmp_path):
+    nb = new_notebook(cells=[
+        new_markdown_cell(" ".join(["word"] * lesson_size.READING_WPM)),
+        new_code_cell("x = 1"),
+        new_code_cell("### BEGIN SOLUTION\nanswer = 2\n### END SOLUTION"),
+        new_markdown_cell("## Going deeper: more"),
+        new_code_cell("y = 2"),
+    ])
+    nb.cells[2].metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "q", "locked": False}
+    path = tmp_path / "lesson.ipynb"
+    nbformat.write(nb, path)
+    size = lesson_size.measure(path)
+    assert (size.code_cells, size.exercises, size.reference_code_cells) == (2, 1, 1)
+    assert size.minutes == 1 + lesson_size.CODE_CELL_MINUTES + lesson_size.EXERCISE_MINUTES
+    assert size.reference_minutes == lesson_size.CODE_CELL_MINUTES + 3 / lesson_size.READING_WPM  # "Going deeper: more"

@@ -17,6 +17,7 @@ from xdist.scheduler import LoadScopeScheduling
 SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
                         "test_grading_debugging.py": "debugging",
                         "test_binder.py": "binder", "test_browser.py": "browser",
+                        "test_browser_wrong_answers.py": "browser_wrong_answers",
                         "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course",
                         "test_cluster.py": "cluster"}
 
@@ -25,7 +26,7 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
 # `./course test --durations=0`): the scheduler hands out the longest first,
 # so no long test starts last while the other worker sits idle. An ordering
 # hint only: a wrong figure costs time, never a result.
-UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "capstone": 30, "debugging": 60, "released_course": 20,
+UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "browser_wrong_answers": 120, "capstone": 30, "debugging": 125, "released_course": 20,
                 "cluster": 90,
                 "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
                 "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
