@@ -3,6 +3,9 @@ any command gets one clear line, not a traceback."""
 import json
 import shutil
 import socket
+from pathlib import Path
+
+import pytest
 
 from donation_course.course import COURSE, NOTEBOOKS
 from helpers import COURSE_CMD, run
@@ -99,3 +102,30 @@ def test_lab_instructor_option_opens_the_instructors_view(env, tmp_path):
         assert "instructor's view" in log and f"/formgrader?token={server.token}" in log
     finally:
         server.stop()
+
+
+OLDER_PYTHON = Path("/usr/bin/python3.11")  # Debian's: older than the pins' Python
+
+
+@pytest.mark.skipif(not OLDER_PYTHON.exists(), reason="no Python 3.11 here to start ./course with")
+def test_course_started_by_an_older_python_runs_under_python_3_12(env):
+    """The README's commands start with the machine's python3; ./course finds
+    a Python 3.12 itself and runs under it (here the command is unknown, so it
+    answers with its usage: exit 2, which a run that found no 3.12 never gives)."""
+    without = {k: v for k, v in env.items() if k != "COURSE_PYTHON"}
+    result = run([str(OLDER_PYTHON), str(COURSE_CMD), "frobnicate"], env=without, check=False, timeout=120)
+    assert result.returncode == 2 and "unknown command 'frobnicate'" in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(not OLDER_PYTHON.exists(), reason="no Python 3.11 here to start ./course with")
+def test_course_says_in_one_line_that_it_found_no_python_3_12(env, tmp_path):
+    """A python3.12 that does not run (a pyenv shim for a version not selected
+    exits 127) is passed over; with none left, one line says what to install."""
+    shim = tmp_path / "python3.12"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    result = run([str(OLDER_PYTHON), str(COURSE_CMD), "frobnicate"], env={**env, "COURSE_PYTHON": str(shim)},
+                 check=False, timeout=120)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs Python 3.12" in lines[0] and "COURSE_PYTHON" in lines[0], lines
