@@ -602,6 +602,7 @@ def test_xla_flag_gives_eight_cpu_devices_and_make_mesh_defaults_to_explicit(sha
 
 
 def test_matching_shardings_donate_per_shard(sharding_facts):
+    # Lesson 6 (l6-match-text, l6-match, l6-summary's takeaways); the other side is the test below.
     match = sharding_facts["match"]
     assert match == {"deleted": True, "warnings": [], "spec": "P('x',)"}
     assert sharding_facts["match_alias_bytes"] == 8  # 2 float32 per device
@@ -616,6 +617,7 @@ def test_lowering_reads_the_sharding_of_the_argument_type_not_its_data(sharding_
 
 
 def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(sharding_facts):
+    # Lesson 6 (l6-mismatch-text, l6-mismatch): the warning names float32[2], not float32[16].
     mismatch = sharding_facts["mismatch"]
     assert mismatch["deleted"] is False
     assert len(mismatch["warnings"]) == 1
@@ -624,7 +626,7 @@ def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(
 
 @pytest.mark.parametrize("kind", ["explicit", "auto"])
 def test_different_shardings_with_pieces_of_one_size_donate_without_a_warning(sharding_facts, kind):
-    # Lesson 6 (l6-same-size, summary): P('x', None) in, P(None, 'x') out gives (1, 8) and (8, 1)
+    # Lesson 6 (l6-same-size): P('x', None) in, P(None, 'x') out gives (1, 8) and (8, 1)
     # pieces, 32 bytes each: no warning, each device's output in its own input buffer, input
     # deleted. The other side (pieces of another size, P('x') in, P() out) warns: test above.
     same = sharding_facts["same_size_pieces"][kind]
@@ -641,6 +643,7 @@ def test_with_sharding_constraint_needs_a_sharding_on_the_auto_mesh(sharding_fac
 
 
 def test_sharding_constraint_on_auto_mesh_misses_donation_silently(sharding_facts):
+    # Lesson 6 (l6-silent-text, l6-silent, l6-silent-check); the repaired side is the test below.
     silent = sharding_facts["silent"]
     assert silent["requested"] is True
     assert silent["deleted"] is False
@@ -690,7 +693,7 @@ def test_pmap_copies_a_plain_array_silently_and_donates_a_split_one(sharding_fac
 
 
 def test_pmap_refuses_an_array_committed_to_one_device_and_copies_an_uncommitted_one(sharding_facts):
-    # Lesson 6 (l6-pmap-text, l6-pmap-committed, summary): both on device 0 only; the
+    # Lesson 6 (l6-pmap-text, l6-pmap-committed): both on device 0 only; the
     # uncommitted jnp.ones((8, 4)) runs (copied, not deleted), the one committed with
     # device_put(x, jax.devices()[0]) raises ValueError, whether pmap donates or not
     # (and so does one committed to device 3: "committed to one device").
@@ -705,7 +708,7 @@ def test_pmap_refuses_an_array_committed_to_one_device_and_copies_an_uncommitted
 
 
 def test_a_plain_array_given_to_a_splitting_jit_is_copied_silently_and_a_split_one_is_donated(sharding_facts):
-    # Lesson 6 (l6-plain-split, objectives, summary): in_shardings=out_shardings=split.
+    # Lesson 6 (l6-plain-split-text, l6-plain-split): in_shardings=out_shardings=split.
     # The compiled program plans the reuse for both (explain_donation); the plain,
     # uncommitted array is resharded into a copy, which is donated: not deleted, no
     # warning. The same array device_put to `split` first is donated.
@@ -718,7 +721,7 @@ def test_a_plain_array_given_to_a_splitting_jit_is_copied_silently_and_a_split_o
 
 def test_an_array_on_other_devices_is_copied_when_laid_out_alike_and_refused_when_committed_otherwise(
         sharding_facts):
-    # Lesson 6 (l6-other, l6-other-layout, l6-plain-split-text, summary): laid out like the
+    # Lesson 6 (l6-other, l6-other-layout, l6-plain-split-text): laid out like the
     # program's input but on other devices (device 1 for a program pinned to device 0; split
     # over 4-7 for one split over 0-3): copied, not deleted, no warning. Committed with another
     # layout (whole on device 5 for a split program; split over 0-7 for a pinned one): a
@@ -739,7 +742,7 @@ def test_an_array_on_other_devices_is_copied_when_laid_out_alike_and_refused_whe
 
 def test_a_replicating_program_takes_an_array_whole_on_one_device_and_donates_it_there_if_it_is_one_of_its(
         sharding_facts):
-    # Lesson 6 (l6-other-layout-text, l6-plain-split-text, l6-replicated, summary): in_shardings=
+    # Lesson 6 (l6-other-layout-text, l6-replicated-text, l6-replicated): in_shardings=
     # out_shardings=P(). An array held whole on one device, committed or not, is not refused.
     # When that device is one of the program's, the output's piece there is in the array's own
     # buffer and the array is deleted, with no warning; the other devices get copies. When it is

@@ -609,3 +609,31 @@ def expect_training_step(what: str, fn, reference, args, new_buffers: int, hint:
                           + more)
     passed(f"{what} gives {name}'s values, asks for no donation JAX cannot use, and writes "
            f"{len(leaves) - new} of its {len(leaves)} output arrays into donated buffers")
+
+
+def call_constrained(what: str, fn, *args, sharding: str, hint: str = ""):
+    """`fn(*args)` through `call_answer`, for an answer that constrains a layout
+    with `jax.lax.with_sharding_constraint` on an Auto mesh (exercise 6.2).
+    JAX's own errors for the two likely wrong shardings point the wrong way (a
+    sharding on the Explicit mesh: "You probably meant to use `reshard`"; a
+    bare PartitionSpec: "define a context mesh"), so each gets one paragraph
+    that names the mistake and `sharding`, the name of the sharding to use."""
+    def guarded(*a):
+        try:
+            return fn(*a)
+        except (ValueError, RuntimeError) as exc:
+            text = str(exc)
+            if "can only refer to Auto axes" in text:
+                raise CheckFailed(_with_hint(
+                    f"{what}: with_sharding_constraint was given a sharding on the Explicit mesh, and JAX "
+                    "refused it (ValueError). The array lives on the Auto mesh, and a constraint must name a "
+                    "sharding on that same mesh. JAX's message suggests `reshard`, but nothing needs moving: "
+                    f"constrain to the input's own sharding, `{sharding}`.", hint)) from None
+            if "requires a non-empty mesh in context" in text:
+                raise CheckFailed(_with_hint(
+                    f"{what}: with_sharding_constraint was given a bare PartitionSpec, which names no mesh, "
+                    "and JAX refused it (RuntimeError). Give it a whole sharding on the Auto mesh instead: "
+                    f"the input's own, `{sharding}`.", hint)) from None
+            raise
+
+    return call_answer(what, guarded if callable(fn) else fn, *args, hint=hint)
