@@ -84,12 +84,18 @@ CASES = [
 RAW = ("Traceback", "site-packages", 'File "', "-" * 20, "Cell In[")
 
 
-def assert_one_paragraph_message(text: str, case) -> None:
+def assert_one_paragraph_message(cell, case) -> str:
+    """The check cell's output as shown: the lines of the checks that passed,
+    then the failed check's message, which is one paragraph (its hint on the
+    paragraph's last line). Returns that message."""
+    text = output_text(cell).replace("\u00a0", " ")
     assert text.strip(), f"{case}: the check printed nothing"
     for sign in RAW:
         assert sign not in text, f"{case}: the check's output holds {sign!r}:\n{text}"
-    assert not re.search(r"\n\s*\n", text.strip()), f"{case}: more than one paragraph:\n{text}"
-    assert re.search(r"^E\d{4} ", text, re.M) is None, f"{case}: an XLA log line:\n{text}"
+    assert re.search(r"^[EWI]\d{4} ", text, re.M) is None, f"{case}: an XLA log line:\n{text}"
+    message = cell.locator(".jp-OutputArea-output").last.inner_text().replace("\u00a0", " ").strip()
+    assert message and not re.search(r"\n\s*\n", message), f"{case}: more than one paragraph:\n{message}"
+    return message
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +127,9 @@ def test_a_wrong_answer_gets_a_message_not_a_traceback(lab, page, answered, case
     open_notebook(page, lab, case.lesson)
     set_cell_source(page, find_code_cell(page, case.answer), case.wrong)
     run_all(page)  # Run All stops at the failing check: everything above it ran
-    text = output_text(find_code_cell(page, case.check)).replace("\u00a0", " ")
+    text = assert_one_paragraph_message(find_code_cell(page, case.check), case)
     save(page)
     assert saved_errors(answered / case.lesson, case.check) == ["CheckFailed"], f"{case}: not failed by its check"
-    assert_one_paragraph_message(text, case)
     for word in case.says:
         assert word in text, f"{case}: the message does not mention {word!r}:\n{text}"
     for word in case.never:
@@ -144,10 +149,9 @@ def test_exercise_4_2_recovers_after_an_answer_that_donated_the_tree(lab, page, 
     set_cell_source(page, answer, donated)
     run_all(page)
     check = find_code_cell(page, 'checks.require("untied_params")')
-    text = output_text(check).replace("\u00a0", " ")
+    text = assert_one_paragraph_message(check, "4.2 after a donating call")
     save(page)
     assert saved_errors(answered / "04_pytrees.ipynb", 'checks.require("untied_params")') == ["CheckFailed"]
-    assert_one_paragraph_message(text, "4.2 after a donating call")
     assert "answer cell" in text and "again" in text, text
     set_cell_source(page, answer, right)
     run_cell(page, answer)
