@@ -78,6 +78,11 @@ CASES = [
                 "            return exc\n"
                 "    return None\n",
                 'checks.require("find_nan")', ("str(exc)",)),
+    # 6.2: constraining to the Explicit mesh's sharding showed JAX's traceback, which suggests `reshard`.
+    WrongAnswer("06_shardings.ipynb", "quiet_fixed = jax.jit(lambda v: jax.lax.with_sharding_constraint",
+                "quiet_fixed = jax.jit(lambda v: jax.lax.with_sharding_constraint(2.0 * v, split), "
+                "donate_argnums=0)\n",
+                'checks.require("quiet_fixed")', ("Explicit", "auto_split"), ("You probably meant",)),
 ]
 
 # Signs of a raw traceback or of a message that is not the check's own.
