@@ -1,5 +1,5 @@
 """The rules issue #11 corrected or added to lessons 2, 3, 5 and 6, each with a
-case on both sides, asserted on the pinned JAX (0.10.2). If an upgrade changes
+case on both sides, asserted on the pinned JAX (0.12.0.1). If an upgrade changes
 one, this file fails and names the lesson cell to rewrite."""
 import logging
 import subprocess
