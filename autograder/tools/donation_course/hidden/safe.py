@@ -1,8 +1,8 @@
 """Safe helpers for the hidden checks: references captured before any
 learner code runs, the pass and fail lines, and the `@check` decorator.
 
-The grading kernel imports hidden/exercise.py and hidden/capstone.py at
-start-up (nbgrader_config.py's exec_lines), and they import this module, so
+The grading kernel imports hidden/exercise.py, hidden/capstone.py and
+hidden/debugging.py at start-up (nbgrader_config.py's exec_lines), and they import this module, so
 everything below is captured then, before a submission runs. A check calls
 only these captured references (and methods of the arrays it made), never a
 name looked up at call time in a module a learner can patch: the builtins
