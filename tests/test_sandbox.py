@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -523,6 +524,42 @@ def test_lines_written_into_the_audit_channel_or_a_closed_channel_are_seen(tmp_p
     kernel = audit_of(out)[0] if audit_of(out) else {"records": [], "bad": 0}
     flags = kernel_flags(kernel["records"], kernel["bad"], "nb", {})
     assert any("stopped before the notebook's end" in f.reason for f in flags), (flags, out[-2000:])
+
+
+def test_a_forged_pass_line_is_seen_by_a_grader_that_never_imported_the_checks():
+    """The grader process reads the audit without importing the hidden
+    modules (no JAX there). A ✔ line of a real hidden check that the check did
+    not sign is flagged; one it signed is not. Run in a fresh interpreter, so
+    no test's import of the hidden modules can fill in the check names."""
+    script = textwrap.dedent(r'''
+        import json, sys
+        from nbformat.v4 import new_code_cell, new_output
+        from donation_course.grading.audit_log import END_SOURCE, cell_hash, kernel_flags, pass_lines
+        cell = new_code_cell("_dl_hidden.check_values(update_with_donate)")
+        cell.outputs = [new_output("stream", name="stdout", text="\u2714 values: every case is right\n")]
+        passes = pass_lines(cell)
+        end = {"kind": "cell", "cell": cell_hash(END_SOURCE)}
+        forged = kernel_flags([end], 0, "07", {}, passes)
+        signed = kernel_flags([end, {"kind": "check", "name": "values"}], 0, "07", {}, passes)
+        print(json.dumps([dict(passes), [f.reason for f in forged], [f.reason for f in signed],
+                          "donation_course.hidden.exercise" in sys.modules]))
+    ''')
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    passes, forged, signed, imported = json.loads(out.stdout)
+    assert passes == {"values": 1} and not imported, out.stdout
+    assert forged == ["the pass line of check 'values' was printed 1 time(s), 0 by the check"], forged
+    assert signed == [], signed
+
+
+def test_the_check_names_read_from_the_sources_are_the_ones_the_checks_register():
+    import donation_course.hidden.capstone  # noqa: F401  (each @check adds its name to safe.NAMES)
+    import donation_course.hidden.debugging  # noqa: F401
+    import donation_course.hidden.exercise  # noqa: F401
+    from donation_course.grading.audit_log import hidden_check_names
+    from donation_course.hidden.safe import NAMES
+
+    assert hidden_check_names() == NAMES and len(NAMES) >= 15, (sorted(hidden_check_names()), sorted(NAMES))
 
 
 # --- infrastructure: right or loud ---------------------------------------------------

@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+import ast
+import functools
 import hmac
 import json
 from collections import Counter
@@ -75,15 +77,32 @@ class DropNotebookEnd(NbGraderPreprocessor):
         return nb, resources
 
 
+@functools.cache
+def hidden_check_names() -> frozenset[str]:
+    """Every hidden check's name, read from the `@check("name", ...)` decorators
+    of hidden/*.py. Read, not imported: the grader process that reads the
+    audit never imports the hidden modules (they fill safe.NAMES only in the
+    grading kernel), and an empty set would let a forged ✔ line pass unseen."""
+    from donation_course import hidden
+
+    names = set()
+    for path in sorted(Path(hidden.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for deco in getattr(node, "decorator_list", []):
+                if (isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "check" and deco.args
+                        and isinstance(deco.args[0], ast.Constant) and isinstance(deco.args[0].value, str)):
+                    names.add(deco.args[0].value)
+    return frozenset(names)
+
+
 def pass_lines(cell) -> Counter:
     """{hidden check name: ✔ lines} in a grade cell's printed output."""
-    from donation_course.hidden.safe import NAMES
-
+    names = hidden_check_names()
     found = Counter()
     for out in cell.get("outputs", []):
         for line in out.get("text", "").splitlines() if out.get("output_type") == "stream" else []:
             name = line[2:].split(": ", 1)[0] if line.startswith("\u2714 ") else None
-            if name in NAMES:
+            if name in names:
                 found[name] += 1
     return found
 
