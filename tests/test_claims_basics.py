@@ -41,7 +41,7 @@ def test_without_donation_the_output_is_a_fresh_buffer():
 
 
 def test_memory_analysis_alias_bytes():
-    # Lesson 1 (l1-measure-md, l1-ma, exercise 1.2): zero without donation, the donated input's bytes with it.
+    # Lesson 1 (l1-ma-md, l1-ma, exercise 1.2): zero without donation, the donated input's bytes with it.
     spec = jax.ShapeDtypeStruct((1024,), jnp.float32)
     plain = jax.jit(fresh_add()).lower(spec, spec).compile().memory_analysis()
     donated = jax.jit(fresh_add(), donate_argnums=0).lower(spec, spec).compile().memory_analysis()
@@ -109,7 +109,7 @@ def test_lowering_reads_whether_an_array_is_committed_never_its_data():
 
 
 def test_memory_analysis_shows_a_plan_that_the_call_can_decline():
-    # Lesson 1 (l1-measure-md, l1-decline-md, l1-decline): memory_analysis() plans to reuse the donated buffer;
+    # Lesson 1 (l1-ma-md, l1-decline-md, l1-decline): memory_analysis() plans to reuse the donated buffer;
     # a plain array is reused, one with a live NumPy view is neither deleted nor reused,
     # and once the view is gone the same call donates it.
     g = jnp.ones(1019)
