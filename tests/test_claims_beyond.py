@@ -275,14 +275,14 @@ def test_donated_input_is_deleted_when_the_call_returns_whether_or_not_the_resul
 
 def test_compiled_before_debug_nans_breaks_on_log_but_names_sqrt_of_an_undonated_input():
     try:
-        safe_log = jax.jit(lambda x: jnp.log(x), donate_argnums=0)
-        safe_log(jnp.ones(4))
+        donating_log = jax.jit(lambda x: jnp.log(x), donate_argnums=0)
+        donating_log(jnp.ones(4))
         step = jax.jit(lambda p, g: p - 0.1 * jnp.sqrt(g), donate_argnums=0)
         step(jnp.ones(4), jnp.ones(4))
         with jax.debug_nans(True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with pytest.raises(RuntimeError, match="Array has been deleted"):
-                safe_log(-jnp.ones(4))
+                donating_log(-jnp.ones(4))
             with pytest.raises(FloatingPointError, match="invalid value \\(nan\\) encountered in sqrt"):
                 step(jnp.ones(4), jnp.array([1.0, 4.0, -9.0, 16.0]))
     finally:
