@@ -24,25 +24,25 @@ from donation_course.hidden.safe import (  # the builtins among these shadow the
     HiddenCheckFailed,
     IndexError,
     KeyError,
-    RuntimeError,
     StringIO,
     TypeError,
-    ValueError,
-    abs,
     all,
     asarray,
     block_until_ready,
-    bool,
+    call_step,
     check,
+    close,
     config_update,
     debug_nans,
     default_rng,
     device,
     donated_inputs,
+    expect_reused,
     fail,
     float,
     float32,
     getattr,
+    host_values,
     int,
     int32,
     is_array,
@@ -50,6 +50,7 @@ from donation_course.hidden.safe import (  # the builtins among these shadow the
     keystr,
     len,
     live_count,
+    momentum_reference,
     range,
     redirect_stdout,
     restore_helpers,
@@ -59,7 +60,6 @@ from donation_course.hidden.safe import (  # the builtins among these shadow the
     sum,
     tree_flatten_with_path,
     tree_leaves,
-    tuple,
     type,
 )
 
@@ -94,39 +94,16 @@ def _fresh_state(w, b):
 
 def _reference(w, b, mw, mb, count, x, y):
     """One step in float64 NumPy: (w, b, mw, mb, count, loss)."""
-    w, b, mw, mb = (asarray(a, "float64") for a in (w, b, mw, mb))
-    x, y = asarray(x, "float64"), asarray(y, "float64")
-    r = x @ w + b - y
-    loss = (r ** 2).mean()
-    gw, gb = 2.0 * x.T @ r / len(y), 2.0 * r.mean()
-    mw, mb = BETA * mw + gw, BETA * mb + gb
-    return w - LR * mw, b - LR * mb, mw, mb, count + 1, loss
+    w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, LR, BETA)
+    return w, b, mw, mb, count + 1, loss
 
 
 def _step(train_step, *args):
-    try:
-        out = train_step(*args)
-    except Exception as exc:
-        fail(f"train_step raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-             "run the public check above and make it pass first.")
-    if not (isinstance(out, tuple) and len(out) == 3):
-        fail(f"train_step should return (new_params, new_opt_state, loss), got {type(out).__name__}.")
-    return out
+    return call_step(train_step, "train_step", "(new_params, new_opt_state, loss)", *args)
 
 
 def _host(array, what):
-    if not is_array(array):
-        fail(f"{what} should be a JAX array, got {type(array).__name__}.")
-    try:
-        return asarray(array)
-    except (RuntimeError, ValueError):
-        fail(f"{what} cannot be read: its buffer was deleted.",
-             "return new values, not the donated inputs.")
-
-
-def _close(got, expected):
-    got, expected = asarray(got, "float64"), asarray(expected, "float64")
-    return got.shape == expected.shape and bool((abs(got - expected) <= 1e-4 * (1.0 + abs(expected))).all())
+    return host_values(array, what, "return new values, not the donated inputs.")
 
 
 def _leaves(tree):
@@ -144,8 +121,8 @@ def check_example(train_step, init_opt_state) -> str:
     x = device(asarray([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], float32))
     y = device(asarray([1.0, -1.0], float32))
     new_params, _, loss = _step(train_step, params, opt, x, y)
-    if not (_close(_host(loss, "loss"), 0.0625)
-            and _close(_host(new_params["w"], "params['w']"), [0.525, -1.025, 2.0])):
+    if not (close(_host(loss, "loss"), 0.0625)
+            and close(_host(new_params["w"], "params['w']"), [0.525, -1.025, 2.0])):
         fail("one step from the example's params does not give loss 0.0625 and w [0.525, -1.025, 2.0].")
     return "the worked example gives the expected loss and params."
 
@@ -171,7 +148,7 @@ def check_values(train_step, init_opt_state) -> str:
         expected = {"params['w']": w, "params['b']": b, "opt_state['m']['w']": mw,
                     "opt_state['m']['b']": mb, "opt_state['count']": count, "loss": ref_loss}
         for name, value in got.items():
-            if not _close(_host(value, name), expected[name]):
+            if not close(_host(value, name), expected[name]):
                 fail(f"after step {step + 1}, {name} is {_host(value, name).tolist()}, "
                      f"expected {asarray(expected[name], 'float64').round(5).tolist()}.",
                      "m = BETA * m + g; p = p - LR * m; count + 1; the loss at the old params.")
@@ -220,17 +197,10 @@ def check_reuse(train_step) -> str:
     out = _step(train_step, params, opt, device(x), device(y))
     kept = [f"{side}{keystr(p)}" for side, tree in (("params", params), ("opt_state", opt))
             for p, leaf in _leaves(tree) if not leaf.is_deleted()]
-    if kept:  # an input returned as an output (inside a bigger tree) has its own pointer, and was not donated
-        fail(f"{', '.join(kept)} still alive after the step: an output cannot have taken a buffer that "
-             "was not donated.", 'donate both trees: donate_argnames=("params", "opt_state").')
-    after = set()
-    for leaf in tree_leaves(out):
-        if is_array(leaf) and not leaf.is_deleted():
-            after.add(leaf.unsafe_buffer_pointer())
-    missed = [name for name, pointer in before.items() if pointer not in after]
-    if missed:
-        fail(f"no output reuses the buffer of {', '.join(missed)}: a new buffer was allocated.",
-             "donate both trees, and return each leaf with its input's shape and dtype.")
+    # an input returned as an output (inside a bigger tree) has its own pointer, and was not donated
+    expect_reused(before, kept, out, 'donate both trees: donate_argnames=("params", "opt_state").',
+                  "a new buffer was allocated.",
+                  "donate both trees, and return each leaf with its input's shape and dtype.")
     return "every leaf of params and opt_state lends its buffer to an output leaf."
 
 

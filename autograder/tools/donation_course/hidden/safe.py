@@ -200,6 +200,66 @@ def is_array(value) -> bool:
     return type(value) is _ARRAY_CLASS[0]
 
 
+def call_step(fn, name: str, returns: str, *args) -> tuple:
+    """The learner's training step `fn(*args)`, which must return a 3-tuple
+    (`returns` says which); an exception or another result fails the check."""
+    try:
+        out = fn(*args)
+    except Exception as exc:
+        fail(f"{name} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+             "run the public check above and make it pass first.")
+    if not (isinstance(out, tuple) and len(out) == 3):
+        fail(f"{name} should return {returns}, got {type(out).__name__}.")
+    return out
+
+
+def host_values(array, what: str, hint: str):
+    """The values of an array the learner's function returned, as a NumPy
+    array; the check fails when it is not a JAX array or was deleted."""
+    if not is_array(array):
+        fail(f"{what} should be a JAX array, got {type(array).__name__}.")
+    try:
+        return asarray(array)
+    except (RuntimeError, ValueError):
+        fail(f"{what} cannot be read: its buffer was deleted.", hint)
+
+
+def close(got, expected) -> bool:
+    """Equal within the checks' tolerance, element by element, shapes included."""
+    got, expected = asarray(got, "float64"), asarray(expected, "float64")
+    # not `>`: a NaN compares False, and would pass
+    return got.shape == expected.shape and bool((abs(got - expected) <= 1e-4 * (1.0 + abs(expected))).all())
+
+
+def momentum_reference(w, b, mw, mb, x, y, lr: float, beta: float) -> tuple:
+    """One step of the lessons' model (the line fit x @ w + b, mean squared
+    error) with momentum, in float64 NumPy: (w, b, mw, mb, loss)."""
+    w, b, mw, mb = (asarray(a, "float64") for a in (w, b, mw, mb))
+    x, y = asarray(x, "float64"), asarray(y, "float64")
+    r = x @ w + b - y
+    loss = (r ** 2).mean()
+    gw, gb = 2.0 * x.T @ r / len(y), 2.0 * r.mean()
+    mw, mb = beta * mw + gw, beta * mb + gb
+    return w - lr * mw, b - lr * mb, mw, mb, loss
+
+
+def expect_reused(before: dict, alive: list, out, alive_hint: str, missed: str, missed_hint: str) -> None:
+    """The buffer-reuse test of a training step: no input named in `before`
+    ({name: its buffer's pointer before the call}) is still alive (`alive`
+    names those that are), and each of their buffers now holds an output leaf
+    of `out`; otherwise the check fails, saying `missed` of the lost ones."""
+    if alive:  # an input returned as an output keeps its own pointer, and was not donated
+        fail(f"{', '.join(alive)} still alive after the step: an output cannot have taken a buffer that was not "
+             "donated.", alive_hint)
+    after = set()
+    for leaf in tree_leaves(out):
+        if is_array(leaf) and not leaf.is_deleted():
+            after.add(leaf.unsafe_buffer_pointer())
+    lost = [name for name, pointer in before.items() if pointer not in after]
+    if lost:
+        fail(f"no output reuses the buffer of {', '.join(lost)}: {missed}", missed_hint)
+
+
 def donated_inputs(fn, *args):
     """Which of the flattened `args` the call fn(*args) donates, traced (jax.make_jaxpr: nothing runs) as
     its top-level jit equations say, or None if it cannot be traced. What jax.jit decided when it was
