@@ -30,6 +30,7 @@ UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "browser_wrong_answ
                 "debugging": 125, "released_course": 20, "cluster": 90,
                 "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
                 "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
+                "test_benchmarks.py::test_the_grading_benchmark_runs_to_its_table": 60,
                 "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,
                 "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 22,
                 "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 22,
