@@ -187,8 +187,8 @@ def test_the_right_find_nan_passes_without_jax_s_rerun_line(lesson_5, capsys):
 def test_returning_the_exception_is_told_to_return_its_text(lesson_5):
     run(lesson_5, RIGHT_5_2.replace("return str(exc)", "return exc"))
     message = check(lesson_5, LESSON_5, "l5-q2-check")
-    assert message == ("find_nan on a negative grad: it returned the exception object (FloatingPointError), not its "
-                       "message. Return str(exc), the text, instead of exc.\n"
+    assert message == ("find_nan on a negative grad: your answer returned the exception itself (FloatingPointError), "
+                       "not its message. Return the text instead: `return str(exc)`.\n"
                        "Hint: return the text of the error debug_nans raises (see Hint 1).")
     assert one_paragraph(message)
 
@@ -197,8 +197,8 @@ def test_not_catching_the_error_names_it_in_one_paragraph(lesson_5):
     run(lesson_5, "def find_nan(step, params, grad):\n    with jax.debug_nans(True):\n"
                   "        jax.jit(step)(params, grad)\n")
     message = check(lesson_5, LESSON_5, "l5-q2-check")
-    assert message == ("find_nan(update, params, grad) raised FloatingPointError: invalid value (nan) encountered in "
-                       "sqrt\nHint: catch the FloatingPointError inside find_nan and return str(exc).")
+    assert message == ("find_nan(update, params, grad): calling it raised FloatingPointError: invalid value (nan) "
+                       "encountered in sqrt.\nHint: catch the FloatingPointError inside find_nan and return str(exc).")
     assert one_paragraph(message)
 
 

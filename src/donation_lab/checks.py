@@ -449,11 +449,6 @@ def expect_kept(what: str, fn, args, names, kept, hint: str = "") -> None:
 _JAX_RERUN_LINE = "Calling the de-optimized version."
 
 
-def _error_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def call_answer(what: str, fn, *args, hint: str = ""):
     """`fn(*args)`, the learner's function called from a check. When it raises,
     fail with one paragraph that names the error (no traceback through the
@@ -474,15 +469,14 @@ def call_answer(what: str, fn, *args, hint: str = ""):
     except CheckFailed:
         raise
     except Exception as exc:
-        line = _error_line(exc)
-        if isinstance(exc, TypeError) and "unsupported operand" in line and "'dict'" in line:
-            message = (f"{what} raised TypeError ({line}): Python cannot subtract, add or scale whole dicts, "
-                       "as NumPy does arrays. Apply the update to each pair of leaves with "
-                       "jax.tree.map(lambda p, g: ..., params, grads).")
-        else:
-            message = f"{what} raised {type(exc).__name__}: {line}"
+        line = _first_line(exc)
+        if not (isinstance(exc, TypeError) and "unsupported operand" in line and "'dict'" in line):
+            raise _raised(what, exc, hint, _warned(caught)) from None
+        message = (f"{what} raised TypeError ({line}): Python cannot subtract, add or scale whole dicts, "
+                   "as NumPy does arrays. Apply the update to each pair of leaves with "
+                   "jax.tree.map(lambda p, g: ..., params, grads).")
         note = _warning_note(_warned(caught))
-        raise CheckFailed(message + (f" {note}" if note else "") + (f"\nHint: {hint}" if hint else "")) from None
+        raise CheckFailed(_with_hint(message + (f" {note}" if note else ""), hint)) from None
     finally:
         kept = [line for line in printed.getvalue().splitlines() if _JAX_RERUN_LINE not in line]
         if kept:
@@ -536,8 +530,7 @@ def expect_error_message(what: str, got, naming: str, hint: str = "") -> None:
     """Pass when `got` is the text of an error (a str) that names `naming`. An
     exception returned instead of its text gets a message of its own."""
     if isinstance(got, BaseException):
-        raise CheckFailed(f"{what}: it returned the exception object ({type(got).__name__}), not its message. "
-                          "Return str(exc), the text, instead of exc." + (f"\nHint: {hint}" if hint else ""))
+        raise CheckFailed(_with_hint(_not_a_value(what, got), hint))
     if not isinstance(got, str):
         fail(what, f"a message (a str) naming {naming}", got, hint)
     if naming not in got:
@@ -565,9 +558,8 @@ def expect_training_step(what: str, fn, reference, args, new_buffers: int, hint:
     try:
         report = explain_donation(fn, *args)
     except Exception as exc:  # the learner's function does not trace on these arguments
-        first = (str(exc).splitlines() or [""])[0]
         raise CheckFailed(f"{what} cannot be compiled for these arguments: "
-                          f"{type(exc).__name__}: {first}" + more) from None
+                          f"{type(exc).__name__}: {_first_line(exc)}" + more) from None
     if report.unusable:
         paths = [leaf.path for leaf in report.unusable]
         one = len(paths) == 1
@@ -583,8 +575,7 @@ def expect_training_step(what: str, fn, reference, args, new_buffers: int, hint:
         try:
             out = jax.block_until_ready(fn(*fresh))
         except Exception as exc:
-            first = (str(exc).splitlines() or [""])[0]
-            raise CheckFailed(f"{what} raised {type(exc).__name__}: {first}" + more) from None
+            raise _raised(what, exc, hint) from None
     name = getattr(reference, "__name__", "the reference")
     if jax.tree.structure(out) != jax.tree.structure(expected):
         raise CheckFailed(f"{what} should return what {name} returns, the same tree of arrays." + more)
