@@ -30,11 +30,11 @@ from .result import StudentResult
 from .run import GradeRequest, Run, require_sandbox
 from .settings import GradingSettings
 from .state import run_lock
+from .student_page import MARKS, mark_and_message
 
 ME = "me"  # the private course's one student
 DIR_ENV = "DONATION_LAB_CHECK_DIR"
 MARKER = ".donation-lab-check"  # in the private course: ours to rewrite
-MARKS = ("\u2714", "\u2718")
 GRADER_FAILED = "the grader itself failed"  # how worker.serve's reason starts
 
 
@@ -170,11 +170,9 @@ class SelfCheck(Run):
 
 
 def check_line(g) -> str:
-    message = g.message.strip()
-    while message[:1] in MARKS:
-        message = message[1:].strip()
-    first, *rest = (message or ("passed" if g.passed else "failed")).splitlines()
-    text = f"  {MARKS[0] if g.passed else MARKS[1]} {g.name} ({g.score:g}/{g.max_score:g}): {first}"
+    mark, message = mark_and_message(g)
+    first, *rest = message.splitlines()
+    text = f"  {mark} {g.name} ({g.score:g}/{g.max_score:g}): {first}"
     return "\n".join([text, *(f"      {line}" for line in rest)])
 
 

@@ -20,14 +20,19 @@ STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1
 MARKS = ("\u2714", "\u2718")  # passed, failed: as ./course check prints them
 
 
-def marked(grade: CellGrade) -> str:
-    """A row's message behind one mark, ✔ when the cell passed and ✘ when it
-    failed, whichever check wrote it: a hidden check's message carries its own
-    mark, a public check's (CheckFailed) or an error's none."""
+def mark_and_message(grade: CellGrade) -> tuple[str, str]:
+    """A row's one mark, ✔ when the cell passed and ✘ when it failed, and its
+    message without a mark of its own (a hidden check's message carries one, a
+    public check's (CheckFailed) or an error's none)."""
     message = grade.message.strip()
     while message[:1] in MARKS:
         message = message[1:].strip()
-    return f"{MARKS[0] if grade.passed else MARKS[1]} {message or ('passed' if grade.passed else 'failed')}"
+    return MARKS[0] if grade.passed else MARKS[1], message or ("passed" if grade.passed else "failed")
+
+
+def marked(grade: CellGrade) -> str:
+    """A row's message behind its one mark, whichever check wrote it."""
+    return " ".join(mark_and_message(grade))
 
 
 def write_page(row: dict, result: StudentResult, course: Course, out: Path) -> Path:
