@@ -20,6 +20,59 @@ pytest.register_assert_rewrite("helpers")
 
 from helpers import make_course, start_lab  # noqa: E402  (after register_assert_rewrite, see above)
 
+# --- tiers: `./course test` runs everything; `./course test --fast` the everyday tier ---------
+#
+# A test is in the everyday tier unless it is marked `slow` or `browser`. A test
+# that uses one of SLOW_FIXTURES (directly or through another fixture) is
+# marked `slow` here, whatever its file says: `env` is how a test starts the
+# course's commands (./course grade, nbgrader, jupyter), each a real kernel or
+# more. A test that cannot check its unit without a kernel, and whose unit no
+# everyday test covers, is marked `everyday`: it runs in both tiers.
+# tests/TIERS.md (and README's test paragraph) say how to mark a new test.
+SLOW_FIXTURES = {"env", "released_course", "lab_server"}
+FAST_SECONDS = 5.0  # an everyday test slower than this is named at the end of a --fast run
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="the everyday tier: leave out tests marked slow or browser (see tests/conftest.py)")
+
+
+def in_everyday_tier(item) -> bool:
+    if item.get_closest_marker("everyday"):
+        return True
+    return not (item.get_closest_marker("slow") or item.get_closest_marker("browser"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(item.fixturenames) and not item.get_closest_marker("everyday"):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("fast"):
+        keep = [item for item in items if in_everyday_tier(item)]
+        dropped = [item for item in items if not in_everyday_tier(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+
+
+_slow_everyday = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > FAST_SECONDS:
+        _slow_everyday[report.nodeid] = report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """In a --fast run, the everyday tests that took long: each should be
+    marked slow, or everyday if it must stay (no figure is asserted)."""
+    if not config.getoption("fast") or not _slow_everyday:
+        return
+    terminalreporter.section("everyday tests over %.0f s (mark slow, or everyday if they must stay)" % FAST_SECONDS)
+    for nodeid, seconds in sorted(_slow_everyday.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
+
 
 @pytest.fixture(scope="session")
 def env():
