@@ -141,16 +141,48 @@ def test_nbgrader_ids_kept_exactly(tmp_path):
 
 
 def test_ambiguous_input_is_reported_naming_the_files(tmp_path):
-    touch(tmp_path, f"smithjohn_1002_5001_{EX}.ipynb", f"smithjohn_1002_5009_{EX}.ipynb",  # no order
+    touch(tmp_path, f"smithjohn_1002_5001_{EX}.ipynb", f"smithjohn_1002_5001_{EX} (1).ipynb",
           "doe_1006_5040_homework.ipynb",  # matches no notebook
           f"roe_1007_5050_{EX}.ipynb")
     found, preset, files = collect(tmp_path)
     assert preset == "canvas"
-    text = "\n".join(found.problems)
-    assert f"smithjohn_1002_5001_{EX}.ipynb and smithjohn_1002_5009_{EX}.ipynb" in text
+    text = "\n".join(found.problems)  # one attachment id, and a copy suffix Canvas never writes: no order
+    [line] = found.student_problems["1002"]
+    assert f"smithjohn_1002_5001_{EX}.ipynb" in line and f"smithjohn_1002_5001_{EX} (1).ipynb" in line
     assert "doe_1006_5040_homework.ipynb: matches none of the assignment's notebooks" in text
     assert files["1007"] == {EX: f"roe_1007_5050_{EX}.ipynb"}  # the rest is there to grade
     assert files["1002"] == {} and files["1006"] == {}  # listed, so the CSV says why they got nothing
+
+
+# Two files for one notebook in one submission: the later where the LMS orders them, else neither.
+TWO_FILES = {
+    "canvas-attachment-ids": ([f"doejane_1002_5009_{EX}.ipynb", f"doejane_1002_5001_{EX}.ipynb"],
+                              f"doejane_1002_5009_{EX}.ipynb"),
+    "canvas-late-reupload": ([f"doejane_1002_5001_{EX}.ipynb", f"doejane_LATE_1002_5020_{EX}-1.ipynb"],
+                             f"doejane_LATE_1002_5020_{EX}-1.ipynb"),
+    "moodle-copy-number": ([f"Jane Doe_4102_assignsubmission_file_/{EX} (1).ipynb",
+                            f"Jane Doe_4102_assignsubmission_file_/{EX}.ipynb",
+                            f"Jane Doe_4102_assignsubmission_file_/{EX} (2).ipynb"],
+                           f"Jane Doe_4102_assignsubmission_file_/{EX} (2).ipynb"),
+    "blackboard-one-attempt": ([f"HW_jdoe_attempt_2024-03-01-10-00-00_{EX}.ipynb",
+                                f"HW_jdoe_attempt_2024-03-01-10-00-00_{EX} (1).ipynb"], None),
+    "exchange-copy": ([f"jdoe/{ASSIGNMENT}/{EX}.ipynb", f"jdoe/{ASSIGNMENT}/{EX}-Copy1.ipynb"], None),
+    "flat-browser-copy": ([f"jdoe_{EX}.ipynb", f"jdoe_{EX} (1).ipynb"], None),
+}
+
+
+@pytest.mark.parametrize("case", TWO_FILES)
+def test_two_files_for_one_notebook_grade_the_lms_latest_or_neither(tmp_path, case):
+    names, chosen = TWO_FILES[case]
+    touch(tmp_path, *names)
+    found, preset, files = collect(tmp_path)
+    [sid] = files
+    if chosen is None:  # nothing orders them: that notebook is not graded, and the line names both files
+        assert files[sid] == {} and len(found.student_problems[sid]) == 1
+        assert all(n in found.student_problems[sid][0] for n in names)
+    else:
+        assert files[sid] == {EX: chosen} and not found.problems
+        assert any(chosen in n and "took last" in n for n in found.notes), found.notes
 
 
 def test_custom_name_regex(tmp_path):
@@ -335,20 +367,23 @@ def grader_processes(course) -> list:
     return found
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "term", "hup"])
+# SIGHUP (a closed terminal, an SSH drop) takes SIGTERM's path in the grader
+# (cli.Stopped): test_commands.py::test_sighup_stops_a_command_as_sigterm_does.
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
 def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env, generated_course, signum):
-    """Ctrl-C, SIGTERM (kill, a batch queue's limit) and SIGHUP (a closed
-    terminal, an SSH drop) all stop a run the same way: no process, lock or
-    temporary folder left behind, and the next run grades everyone once."""
+    """Ctrl-C and SIGTERM (kill, a batch queue's limit) stop a run the same
+    way: no process, lock or temporary folder left behind, and the next run
+    grades everyone once."""
     files = tmp_path / "corpus"
     corpus.build(files)
     export = tmp_path / "export"
     export.mkdir()
     for i, key in enumerate(("partial", "nodonate", "wrongvalue", "lambda", "wrongarg", "argnames")):
         shutil.copy(files / f"{key}_{EX}.ipynb", export / f"s{i}_{EX}.ipynb")
-    # s0, graded first, ends its answer cell by sleeping past the cell time
-    # limit (full marks, no CPU): however slow this machine, the run is
-    # still going when the first other student's row is in and Ctrl-C comes.
+    # s0, graded first, ends its answer cell by sleeping 600 s. The first
+    # run's cell limit is longer: it cannot end before the signal, however
+    # fast or slow this machine. The rerun's cell limit (LIMITS) stops the
+    # sleep, and s0 gets full marks.
     sleeper = nbformat.read(export / f"s0_{EX}.ipynb", as_version=4)
     answer = next(c for c in sleeper.cells if c.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER)
     answer.source += "\nimport time\ntime.sleep(600)\n"
@@ -360,7 +395,8 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     run_env = dict(env, TMPDIR=str(tmpdir))
     # Ctrl-C as in a terminal: SIGINT at its default in the grader, whatever
     # this test process's own disposition is (an ignored SIGINT is inherited).
-    proc = subprocess.Popen([str(ROOT / "course"), "grade", str(archive), "--course", str(course), *LIMITS],
+    unending = ["--workers", "2", "--timeout", "900", "--cell-timeout", "800", "--no-progress"]
+    proc = subprocess.Popen([str(ROOT / "course"), "grade", str(archive), "--course", str(course), *unending],
                             env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = course / ".grading" / "state.json"

@@ -10,16 +10,16 @@ import os
 from pathlib import Path
 
 from ..course import AUTOGRADER, Course, CourseError
-from .exports import counted_notebooks
-from .lms import course_timezone, zone
-from .presets import PRESETS
+from .exports import asked_files, check_columns, counted_notebooks
+from .lms import REGISTRY, course_timezone, with_files, zone
 from .settings import GradingSettings
 
 # flag -> the GradingSettings trait it overrides when given
 FLAG_TRAITS = {"workers": "workers", "timeout": "timeout", "cell_timeout": "cell_timeout",
                "memory_mb": "memory_mb", "max_processes": "max_processes", "max_file_mb": "max_file_mb",
-               "lms": "lms", "name_regex": "name_regex", "canvas_column": "canvas_column",
-               "blackboard_column": "blackboard_column", "lms_points": "lms_points", "timezone": "timezone"}
+               "lms": "lms", "name_regex": "name_regex", "lms_points": "lms_points", "timezone": "timezone",
+               "lms_title": "lms_title", "lms_files": "lms_files",
+               **{lms.column.trait: lms.column.trait for lms in with_files() if lms.column}}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,22 +45,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="where grades.csv and feedback/ go (default "
                    "COURSE/.grading, or COURSE/.grading/NAME in a course with several assignments)")
     p.add_argument("--only-changed", action="store_true", help="grade only new or changed submissions")
-    p.add_argument("--lms", choices=sorted(PRESETS), default=None,
+    p.add_argument("--lms", choices=sorted(REGISTRY), default=None,
                    help="the export's file naming (default: detected from the file names)")
     p.add_argument("--name-regex", default=None, metavar="REGEX",
                    help="any other naming: an nbgrader FileNameCollectorPlugin.named_regexp with groups "
                    "student_id and file_id (optional: timestamp, name), matched on each file's path in the export")
     p.add_argument("--student", action="append", default=None, metavar="ID",
                    help="grade only this student (repeatable); grades.csv still lists the whole gradebook")
-    p.add_argument("--canvas-column", default=None, metavar="HEADER",
-                   help="assignment column of canvas-import.csv, as Canvas names it, e.g. 'Buffer Donation (123)', "
-                   "or Canvas's gradebook export (.csv) to take it from")
-    p.add_argument("--blackboard-column", default=None, metavar="HEADER",
-                   help="Grade Center column of blackboard-import.csv, e.g. 'Buffer Donation [Total Pts: 100 Score] "
-                   "|1234', or Blackboard's Grade Center download to take it from")
-    p.add_argument("--lms-points", default=None, metavar="all|exercise|NB,NB",
-                   help="what the LMS import files' grade counts: every notebook (all, the default), the graded "
-                   "exercise alone, or the notebooks named")
+    for lms in with_files():  # each LMS's column option (grading/lms/<lms>.py)
+        p.add_argument(lms.column.flag, dest=lms.column.trait, default=None, metavar="HEADER|DOWNLOAD",
+                       help=f"assignment column of {lms.title}'s import file as {lms.title} writes it, e.g. "
+                       f"'{lms.column.example}', or {lms.title}'s own gradebook download to pick it from by "
+                       "the assignment's title (also writes that LMS's file)")
+    p.add_argument("--lms-title", default=None, metavar="TITLE",
+                   help="the assignment's title in the LMS, to pick its column from a gradebook download "
+                   "(default: the assignment's folder name)")
+    p.add_argument("--lms-files", default=None, metavar="LMS,LMS",
+                   help="write the import files of these LMSes (canvas, moodle, blackboard); default: the LMS the "
+                   "export came from, or all of them for nbgrader or flat ids")
+    p.add_argument("--lms-points", default=None, metavar="submitted|all|exercise|NB,NB",
+                   help="what the LMS import files' grade counts: the notebooks the class handed in (submitted, "
+                   "the default), every notebook (all), the graded exercise alone, or the notebooks named")
     p.add_argument("--timezone", default=None, metavar="ZONE",
                    help="zone of the LMS's local times (Blackboard's attempt times), e.g. Europe/Berlin "
                    "(default: the course's nbgrader timezone, c.Exchange.timezone, else UTC)")
@@ -98,8 +103,10 @@ def settings_from(args: argparse.Namespace, course: Course) -> GradingSettings:
         settings.timezone = settings.timezone or course_timezone(course.config)
         zone(settings.timezone)
         counted_notebooks(settings.lms_points, course.notebooks, course.exercise)
+        asked_files(settings)
     except ValueError as exc:
         raise CourseError(str(exc)) from None
+    check_columns(course, settings)  # a column no download holds stops here, before anything is graded
     return settings
 
 

@@ -1,69 +1,39 @@
-"""The LMS import files, each in the format its LMS documents for importing grades.
+"""The LMS import files: each LMS's own (lms/canvas.py, moodle.py, blackboard.py say the format),
+for the LMS the class came from, or the ones asked for, never another LMS's ids in a file.
 
-- `canvas-import.csv`: Canvas's gradebook import (Grades > Import). Columns
-  `Student, ID, SIS User ID, SIS Login ID, Section`, then one assignment
-  column named `Title (assignment id)` (a title without `(id)` makes Canvas
-  create a new assignment), and a `Points Possible` row. Canvas matches a
-  row on `ID` (its user id: the numeric ids of a Canvas export), else on
-  `SIS Login ID` (where any other id goes: a hub's, Blackboard's).
-- `moodle-import.csv`: Moodle's offline grading worksheet (Assignment >
-  Upload grading worksheet), with the columns Moodle's "Download grading
-  worksheet" writes. Moodle matches on `Identifier`, `Participant N`, the N
-  of a Moodle export's file names; it skips a blank grade and one above the
-  assignment's maximum, and one changed in Moodle after `Last modified (grade)`.
-- `blackboard-import.csv`: Blackboard Learn's Grade Center upload (Work
-  Offline > Upload), with the columns of its offline download: every value
-  quoted, the student by `Username`, the column named
-  `Title [Total Pts: N Score] |column id` (without the id, Blackboard adds a
-  new column), the note in `Grading Notes` (the instructor's only).
+Which files (`import_targets`): the LMSes named by `--lms-files`, or whose column option is
+given; else the LMSes the class's exports came from (a student's origin, read from the
+files grades.csv lists); else, for a class of nbgrader or flat ids only (the school's
+logins, which every LMS can key), every LMS's file. A file of an LMS not written this run
+is removed, so that no stale grades are left to import.
 
-A student whose work is not graded yet is exported BLANK, never 0: a cell
-waits for manual grading (nbgrader's needs_manual_grade: a flagged
-submission, or one whose grading errored or timed out), or grading failed
-and nobody has scored it by hand since. Why is in `import-notes.csv`. The
-points count the notebooks `GradingSettings.lms_points` names (the whole
-assignment, or the graded exercise alone), after nbgrader's late penalty.
+A student whose work is not graded yet is exported BLANK, never 0: a cell waits for manual
+grading (nbgrader's needs_manual_grade: a flagged submission, or one whose grading errored
+or timed out), or grading failed and nobody has scored it by hand since. Why, and why a
+student is not in a file, is in `import-notes.csv`. The points count the notebooks
+`GradingSettings.lms_points` names: by default those the class handed in (any student's
+`submitted/` holds them), after nbgrader's late penalty.
 """
 from __future__ import annotations
 
-import csv
-import datetime as dt
-import io
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import Course
-from .lms import course_timezone, zone
+from ..course import Course, CourseError
+from .lms import REGISTRY, origin, with_files
+from .lms.base import ColumnError, LmsGrade, Picked, csv_text, pick_column, shorten, with_roster
+from .lms.times import course_timezone
 from .result import Status
 from .state import write_atomic
 
-CANVAS_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-MOODLE_FIELDS = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
-                 "Grade can be changed", "Last modified (submission)", "Last modified (grade)"]
-BLACKBOARD_FIELDS = ["Last Name", "First Name", "Username", "Student ID", "Last Access", "Availability"]
-BLACKBOARD_NOTES = ["Grading Notes", "Notes Format"]
 NOTES_FIELDS = ["student", "name", "status", "note"]
-CANVAS_COLUMN = re.compile(r"^(?P<title>.+) \((?P<id>\d+)\)$")
-BLACKBOARD_COLUMN = re.compile(r"^(?P<title>.+?) \[Total Pts: [^\]]*\] \|(?P<id>\d+)$")
 NOT_GRADED = (Status.ERROR.value, Status.TIMEOUT.value, Status.INVALID.value)
-
-
-@dataclass(frozen=True)
-class LmsGrade:
-    """What the LMS files say of one student."""
-
-    student: str
-    name: str
-    points: float | None   # None: exported blank
-    max_points: float
-    note: str               # why it is blank ('' when it is not)
+HANDED_IN = "submitted"
 
 
 def counted_notebooks(spec: str, notebooks: list[str], exercise: str | None) -> list[str]:
     """The notebooks an LMS grade counts: 'all', 'exercise' (the graded exercise, Course.exercise), or
-    names separated by commas."""
-    if spec in ("", "all"):
+    names separated by commas ('submitted', before export_settings resolves it: all)."""
+    if spec in ("", "all", HANDED_IN):
         return list(notebooks)
     if spec == "exercise":
         if exercise is None:
@@ -74,154 +44,143 @@ def counted_notebooks(spec: str, notebooks: list[str], exercise: str | None) -> 
     unknown = [n for n in names if n not in notebooks]
     if unknown or not names:
         raise ValueError(f"--lms-points {spec!r}: {', '.join(unknown) or 'no notebook'} is not one of "
-                         f"all, exercise, or the assignment's notebooks ({', '.join(notebooks)})")
+                         f"submitted, all, exercise, or the assignment's notebooks ({', '.join(notebooks)})")
     return [n for n in notebooks if n in names]
 
 
-def lms_grade(row: dict, counted: list[str]) -> LmsGrade:
-    """The LMS grade of one grades.csv row (report.student_row): the counted notebooks' points after
-    nbgrader's late penalty, or blank with the reason."""
-    cells = {k: c for k, c in row["cells"].items() if k.split(":", 1)[0] in counted}
-    waiting = [k for k, c in cells.items() if c.waiting]
-    top = round(sum(row["notebook_max"].get(nb, 0.0) for nb in counted), 3)
-    note = ""
-    if row["status"] in NOT_GRADED and not any(c.by_hand for c in cells.values()):
-        first = row["reason"].split(" | ")[0][:200]
-        note = f"not graded ({row['status']}{': ' + first if first else ''}); grade it again, or by hand"
-    elif waiting:
-        shown = ", ".join(waiting[:3]) + (f" and {len(waiting) - 3} more" if len(waiting) > 3 else "")
-        note = f"waiting for manual grading in formgrader: {len(waiting)} cell(s) ({shown})"
-    if note:
-        return LmsGrade(row["student"], row["name"], None, top, note)
-    points = sum(row.get(nb, 0.0) - row["penalties"].get(nb, 0.0) for nb in counted)
-    return LmsGrade(row["student"], row["name"], round(points, 3), top, "")
+def handed_in(course: Course) -> list[str]:
+    """The assignment's notebooks that some student handed in (nbgrader's submitted/ holds them)."""
+    found = {p.stem for p in (course.root / "submitted").glob(f"*/{course.assignment}/*.ipynb")}
+    return [nb for nb in course.notebooks if nb in found]
 
 
 def export_settings(course: Course, settings, canvas_column: str = ""):
-    """The GradingSettings the files follow: the run's, or the course's own (nbgrader_config.py)."""
+    """The GradingSettings the files follow: the run's, or the course's own (nbgrader_config.py), with
+    `lms_points = 'submitted'` resolved to the notebooks the class handed in."""
     from .settings import GradingSettings
 
     if settings is None:
         settings = GradingSettings(config=course.config)
         if canvas_column:
             settings.canvas_column = canvas_column
+    if settings.lms_points == HANDED_IN:
+        settings.lms_points = ",".join(handed_in(course)) or "all"
     return settings
 
 
-def read_header(path: Path) -> list[str]:
-    """The first row of an LMS's gradebook download: CSV, or Blackboard's tab-separated UTF-16 '.xls'."""
-    data = path.read_bytes()
-    text = data.decode("utf-16") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data.decode("utf-8-sig")
-    first = text.splitlines()[0] if text else ""
-    return next(csv.reader([first], delimiter="\t" if "\t" in first else ","), [])
+def lms_grade(row: dict, counted: list[str], assignment: str = "") -> LmsGrade:
+    """The LMS grade of one grades.csv row (report.student_row): the counted notebooks' points after
+    nbgrader's late penalty, or blank with the reason; with the LMS the student's files came from."""
+    cells = {k: c for k, c in row["cells"].items() if k.split(":", 1)[0] in counted}
+    waiting = [k for k, c in cells.items() if c.waiting]
+    top = round(sum(row["notebook_max"].get(nb, 0.0) for nb in counted), 3)
+    note = ""
+    if row["status"] in NOT_GRADED and not any(c.by_hand for c in cells.values()):
+        first = shorten(row["reason"].split(" | ")[0], 200)
+        note = f"not graded ({row['status']}{': ' + first if first else ''}); grade it again, or by hand"
+    elif waiting:
+        shown = ", ".join(waiting[:3]) + (f" and {len(waiting) - 3} more" if len(waiting) > 3 else "")
+        note = f"waiting for manual grading in formgrader: {len(waiting)} cell(s) ({shown})"
+    points = None if note else round(sum(row.get(nb, 0.0) - row["penalties"].get(nb, 0.0) for nb in counted), 3)
+    return LmsGrade(row["student"], row["name"], points, top, note, status=row["status"],
+                    origin=origin(row["student"], row.get("files", ""), assignment) if assignment else "",
+                    first_name=row.get("first_name", ""), last_name=row.get("last_name", ""),
+                    timestamp=row.get("timestamp", ""))
 
 
-def loose(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
+def asked_files(settings) -> list[str]:
+    """The LMSes `--lms-files` names (ValueError in one line for a name no LMS has)."""
+    names = [n.strip().lower() for n in (settings.lms_files or "").split(",") if n.strip()]
+    known = [lms.name for lms in with_files()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"--lms-files {settings.lms_files!r}: {', '.join(unknown)} is not one of {', '.join(known)}")
+    return names
 
 
-def lms_column(given: str, pattern: re.Pattern, assignment: str, fallback: str, lms: str) -> tuple[str, str]:
-    """(the assignment column's header, a note or ''): `given` as it is, or the column of the LMS's own
-    gradebook download that `given` names (the only one with an id, or the one titled as the assignment)."""
-    path = Path(given) if given else None
-    if path is None or not path.is_file():
-        header = given or fallback
-        return header, "" if pattern.match(header) else f"column {header!r} has no {lms} id"
-    found = [h for h in read_header(path) if pattern.match(h)]
-    named = [h for h in found if loose(pattern.match(h)["title"]) == loose(assignment)]
-    pick = found if len(found) == 1 else named
-    if len(pick) == 1:
-        return pick[0], ""
-    return fallback, (f"{path.name} has {len(found)} assignment columns with an id "
-                      f"({', '.join(found[:4]) or 'none'}), none titled {assignment!r}")
+def column_given(lms, settings) -> str:
+    return getattr(settings, lms.column.trait, "") if lms.column else ""
 
 
-def csv_text(fields: list[str], rows: list[dict], quote_all: bool = False) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore",
-                            quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL)
-    writer.writeheader()
-    writer.writerows({k: row.get(k, "") for k in fields} for row in rows)
-    return buf.getvalue()
+def import_targets(settings, grades: list[LmsGrade]) -> tuple[list, str]:
+    """(the LMSes whose files this run writes, a note or '')."""
+    asked = set(asked_files(settings)) | {lms.name for lms in with_files() if column_given(lms, settings)}
+    if asked:
+        return [lms for lms in with_files() if lms.name in asked], ""
+    origins = {g.origin for g in grades}
+    came = [lms for lms in with_files() if lms.name in origins]
+    if came:
+        return came, ""
+    return with_files(), ("the class's ids are nbgrader's or a flat folder's (logins any LMS can key): wrote every "
+                          "LMS's file; name yours with --lms-files (canvas, moodle, blackboard) to write its alone")
 
 
-def moodle_time(when: dt.datetime) -> str:
-    """A time as Moodle's worksheet writes it (userdate: 'Friday, 1 March 2024, 1:05 PM'), which the
-    upload reads back with PHP's strtotime, in the site's zone."""
-    return f"{when:%A}, {when.day} {when:%B %Y}, {int(f'{when:%I}')}:{when:%M %p}"
-
-
-def number(points: float | None, digits: int | None = None) -> str:
-    if points is None:
-        return ""
-    return f"{points:.{digits}f}" if digits is not None else str(points)
-
-
-def canvas_rows(grades: list[LmsGrade], header: str, top: float) -> list[dict]:
-    rows = [{"Student": "    Points Possible", header: number(top)}]
-    for g in grades:
-        canvas_id = g.student.isdigit()  # a Canvas user id; any other id is matched as the SIS login
-        rows.append({"Student": g.name or g.student, "ID": g.student if canvas_id else "",
-                     "SIS Login ID": "" if canvas_id else g.student, header: number(g.points)})
-    return rows
-
-
-def moodle_rows(grades: list[LmsGrade], rows: list[dict], local) -> list[dict]:
-    now = moodle_time(dt.datetime.now(local))
-    out = []
-    for g, row in zip(grades, rows, strict=True):
-        if not g.student.isdigit():
-            continue  # not a Moodle participant number: Moodle could match it to nobody
-        submitted = row["timestamp"] and dt.datetime.fromisoformat(row["timestamp"]).replace(tzinfo=dt.UTC)
-        out.append({"Identifier": f"Participant {g.student}", "Full name": g.name or g.student,
-                    "Status": "Submitted for grading" + (" - Graded" if g.points is not None else ""),
-                    "Grade": number(g.points, 2), "Maximum Grade": number(g.max_points, 2),
-                    "Grade can be changed": "Yes",
-                    "Last modified (submission)": moodle_time(submitted.astimezone(local)) if submitted else "-",
-                    "Last modified (grade)": now})
-    return out
-
-
-def blackboard_rows(grades: list[LmsGrade], rows: list[dict], header: str) -> list[dict]:
-    out = []
-    for g, row in zip(grades, rows, strict=True):
-        first, last = row["first_name"], row["last_name"] or g.name
-        out.append({"Last Name": last, "First Name": first, "Username": g.student, header: number(g.points),
-                    "Grading Notes": g.note, "Notes Format": "SMART_TEXT" if g.note else ""})
-    return out
+def check_columns(course: Course, settings) -> dict[str, Picked]:
+    """{LMS name: the column its file writes} for every LMS whose column option is given: CourseError in one
+    line (with the candidates) when a gradebook download holds no column of the assignment's title. Run
+    before grading, and again before writing."""
+    title = settings.lms_title or course.assignment
+    picked = {}
+    try:
+        for lms in with_files():
+            given = column_given(lms, settings)
+            if given:
+                picked[lms.name] = pick_column(lms, given, title, 0.0)
+    except ColumnError as exc:
+        raise CourseError(str(exc)) from None
+    return picked
 
 
 def write_exports(course: Course, rows: list[dict], out: Path, settings) -> list[str]:
-    """Write the three import files and import-notes.csv; return notes for the instructor (one line each)."""
+    """Write the import files of the LMSes this class goes to, and import-notes.csv; return notes for the
+    instructor (one line each)."""
+    from .gradebook import open_gradebook
+
     counted = counted_notebooks(settings.lms_points, course.notebooks, course.exercise)
-    grades = [lms_grade(row, counted) for row in rows]
+    grades = [lms_grade(row, counted, course.assignment) for row in rows]
     top = grades[0].max_points if grades else 0.0
-    title = course.assignment
-    canvas, canvas_note = lms_column(settings.canvas_column, CANVAS_COLUMN, title, title, "Canvas")
-    board, board_note = lms_column(settings.blackboard_column, BLACKBOARD_COLUMN, title,
-                                   f"{title} [Total Pts: {top:g} Score]", "Blackboard")
-    local = zone(settings.timezone or course_timezone(course.config))
-    write_atomic(out / "canvas-import.csv", csv_text([*CANVAS_FIELDS, canvas], canvas_rows(grades, canvas, top)))
-    moodle = moodle_rows(grades, rows, local)
-    write_atomic(out / "moodle-import.csv", csv_text(MOODLE_FIELDS, moodle))
-    write_atomic(out / "blackboard-import.csv", csv_text([*BLACKBOARD_FIELDS, board, *BLACKBOARD_NOTES],
-                                                         blackboard_rows(grades, rows, board), quote_all=True))
-    blank = [g for g in grades if g.points is None]
+    targets, target_note = import_targets(settings, grades)
+    title = settings.lms_title or course.assignment
+    lines, left_out, written = [], {}, []
+    picks = {}
+    for lms in targets:
+        try:
+            picks[lms.name] = pick_column(lms, column_given(lms, settings), title, top)
+        except ColumnError as exc:
+            raise CourseError(str(exc)) from None
+    with open_gradebook(course) as gb:
+        for lms in targets:
+            picked = picks[lms.name]
+            for exporter in lms.exporters:
+                plugin = exporter(grades=grades, download=picked.download, to=str(out / exporter.filename),
+                                  assignment=[course.assignment], column=picked.header, skip_empty=True,
+                                  timezone=settings.timezone or course_timezone(course.config))
+                plugin.export(gb)
+                for sid, why in plugin.notes.items():
+                    left_out.setdefault(sid, []).append(why)
+                if plugin.kept:
+                    written.append(f"{exporter.filename} ({plugin.kept})")
+            if picked.note:
+                lines.append(f"{lms.title}: {picked.note}")
+    for lms in with_files():  # no stale file of an LMS not written this run
+        for exporter in lms.exporters:
+            if not any(w.startswith(exporter.filename + " ") for w in written):
+                (out / exporter.filename).unlink(missing_ok=True)
     notes = []
-    for g, r in zip(grades, rows, strict=True):
-        said = [g.note] if g.note else []
-        if moodle and not g.student.isdigit():  # a Moodle class with others in the gradebook
-            said.append("not in moodle-import.csv: not a Moodle participant number")
+    with open_gradebook(course) as gb:
+        grades = [with_roster(g, gb) for g in grades]
+    for g in grades:
+        said = ([g.note] if g.note else []) + left_out.get(g.student, [])
         if said:
-            notes.append({"student": g.student, "name": g.name, "status": r["status"], "note": "; ".join(said)})
+            notes.append({"student": g.student, "name": g.name, "status": g.status, "note": "; ".join(said)})
     write_atomic(out / "import-notes.csv", csv_text(NOTES_FIELDS, notes))
-    lines = []
-    missing = [f"{name}: {note}" for name, note in (("canvas-import.csv", canvas_note),
-                                                            ("blackboard-import.csv", board_note)) if note]
+    lines.insert(0, f"LMS import files (students in each): {', '.join(written) or 'none'}"
+                 + (f"; {target_note}" if target_note else ""))
+    missing = sorted(left_out)
     if missing:
-        lines.append("; ".join(missing) + ": the LMS would add a new assignment or column rather than grade yours "
-                     "(give --canvas-column 'Title (id)' / --blackboard-column 'Title [Total Pts: N Score] |id', "
-                     "or the LMS's own gradebook download to read it from)")
+        lines.append(f"{len(missing)} student(s) left out of an import file: "
+                     f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; why: {out / 'import-notes.csv'}")
+    blank = [g for g in grades if g.points is None]
     if blank:
         lines.append(f"{len(blank)} student(s) exported blank, not 0 (waiting for manual grading, or not graded): "
                      f"{', '.join(g.student for g in blank[:5])}{' ...' if len(blank) > 5 else ''}; "

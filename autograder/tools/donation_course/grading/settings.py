@@ -74,18 +74,26 @@ class GradingSettings(Configurable):
                  "its cost: every row then says 'audit off'.").tag(config=True)
     compile_cache = Bool(True, help="Let grading kernels read the course's JAX compile cache.").tag(config=True)
     # --- input and output
-    lms = Unicode("", help="The export's file naming (a preset of presets.py; '' detects it).").tag(config=True)
+    lms = Unicode("", help="The export's file naming (an LMS of grading/lms/; '' detects it).").tag(config=True)
     name_regex = Unicode("", help="Any other naming: a FileNameCollectorPlugin.named_regexp.").tag(config=True)
     out = Unicode("", help="Where grades.csv and feedback/ go ('' for COURSE/.grading).").tag(config=True)
     canvas_column = Unicode("", help="The assignment column of canvas-import.csv, as Canvas names it.").tag(
         config=True)
     # --- the LMS import files (exports.py) and the LMS's times (lms.py)
-    lms_points = Unicode("all", help="What the LMS import files' grade counts: 'all' (every notebook of the "
-                         "assignment), 'exercise' (the graded exercise's notebook alone), or notebook names separated "
-                         "by commas; nbgrader's late penalty of those notebooks is taken off.").tag(config=True)
+    lms_points = Unicode("submitted", help="What the LMS import files' grade counts: 'submitted' (the notebooks "
+                         "the class handed in), 'all' (every notebook of the assignment), 'exercise' (the graded "
+                         "exercise's notebook alone), or notebook names separated by commas; nbgrader's late "
+                         "penalty of those notebooks is taken off.").tag(config=True)
     blackboard_column = Unicode("", help="The Grade Center column of blackboard-import.csv as Blackboard's "
                                 "download names it ('Title [Total Pts: 100 Score] |123456'), or that download "
                                 "file to read it from.").tag(config=True)
+    moodle_column = Unicode("", help="The grade column of moodle-grades.csv as Moodle's grades export names it "
+                            "('Assignment: Title (Real)'), or that export file to read it from.").tag(config=True)
+    lms_title = Unicode("", help="The assignment's title in the LMS, to pick its column from the LMS's gradebook "
+                        "download ('' is the assignment's folder name).").tag(config=True)
+    lms_files = Unicode("", help="The LMSes to write import files for, separated by commas (canvas, moodle, "
+                        "blackboard); '' for the LMS the export came from, or every LMS for nbgrader or flat ids."
+                        ).tag(config=True)
     timezone = Unicode("", help="The zone of an LMS's local times (Blackboard's attempt times, a --name-regex's "
                        "timestamp), e.g. 'Europe/Berlin'; '' is the course's nbgrader timezone "
                        "(c.Exchange.timezone), else UTC.").tag(config=True)

@@ -1,34 +1,26 @@
-"""Which file is whose: each file of an export matched to a student and a
-notebook by an LMS preset (presets.py) on nbgrader's own
-`FileNameCollectorPlugin`; the latest attempt per student and notebook chosen.
+"""Which file is whose: each file of an export matched to a student and a notebook by an
+LMS's naming (its `Lms`, lms/__init__.py) on nbgrader's own `FileNameCollectorPlugin`,
+completed by the LMS's sidecars (receipts, timestamp.txt); the latest attempt per student
+and notebook chosen.
 
-The student id is the LMS's unique id (Canvas user id, Moodle participant id,
-Blackboard username, nbgrader's id exactly as given); the display name is kept
-beside it, and never replaces a name the gradebook's roster has
-(`roster_fields`). `--name-regex` takes any other `named_regexp`.
-
-Times in file names (Blackboard's attempt times, a `--name-regex`'s
-`timestamp`) are the LMS's local time, read in `--timezone` (default: the
-course's nbgrader timezone, `c.Exchange.timezone`) and turned into UTC, as
-nbgrader's own timestamps are. A notebook none of whose graded cells is one
-of the assignment's (another course's, an old version's) is not graded.
+The student id is the LMS's unique id (Canvas user id, Moodle participant id, Blackboard
+username, nbgrader's id exactly as given); the display name is kept beside it, and never
+replaces a name the gradebook's roster has (`roster_fields`). `--name-regex` takes any
+other `named_regexp`. Two files of one notebook in one submission: where the LMS orders
+them (`Lms.order`: Canvas's attachment ids, Moodle's ` (1)`), the later is graded, with a
+note; otherwise neither is, with a problem line naming both. A notebook none of whose
+graded cells is one of the assignment's (another course's, an old version's) is not graded.
 """
 import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
-from .blackboard import receipts as blackboard_receipts
-from .blackboard import split_stems
-from .foreign import expected_ids, foreign_cells, foreign_problem
-from .presets import PREFIX, PRESETS, detect
-
-TIMESTAMP_FORMATS = ("%Y-%m-%d-%H-%M-%S", "%Y-%m-%d %H:%M:%S.%f %Z", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
-SKIP = re.compile(r"(^|/)(__MACOSX|\.[^/]*)(/|$)")  # macOS zip debris, hidden files
-
+from ..foreign import expected_ids, foreign_cells, foreign_problem
+from .base import PREFIX, SKIP, Lms
+from .times import parse_timestamp
 
 class Collector(FileNameCollectorPlugin):
     """nbgrader's file-name collector, matched on the path relative to the
@@ -49,6 +41,7 @@ class File:
     timestamp: dt.datetime = None
     late: bool = False
     attempt: int = 0
+    order: tuple | None = None  # the LMS's order of two files of one notebook (None: it has none)
 
 
 @dataclass
@@ -66,39 +59,6 @@ class Collected:
         self.problems.append(line)
         self.student_problems.setdefault(sid, []).append(line)
         self.students.setdefault(sid, {})
-
-
-def zone(name: str) -> ZoneInfo:
-    """The time zone of an IANA name ('Europe/Berlin'; '' is UTC), or ValueError in one line."""
-    try:
-        return ZoneInfo(name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"--timezone {name!r}: not a time zone name (e.g. Europe/Berlin, UTC)") from None
-
-
-def course_timezone(config) -> str:
-    """The course's nbgrader timezone: `c.Exchange.timezone` (the zone nbgrader records submission
-    times in), else `c.NbGraderAPI.timezone` (formgrader's display zone), else UTC."""
-    for section in ("Exchange", "NbGraderAPI"):
-        if section in config and config[section].get("timezone"):
-            return str(config[section].timezone)
-    return "UTC"
-
-
-def parse_timestamp(text: str, local: str = ""):
-    """A naive UTC datetime. A time with no zone is in `local` ('': UTC): an LMS's local time."""
-    text = text.strip()
-    for fmt in TIMESTAMP_FORMATS:
-        try:
-            when = dt.datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        if "%Z" in fmt or not local:
-            return when
-        return when.replace(tzinfo=zone(local)).astimezone(dt.UTC).replace(tzinfo=None)
-    from nbgrader.utils import parse_utc
-
-    return parse_utc(text).replace(tzinfo=None)
 
 
 COPY_SUFFIX = re.compile(r"(?: \(\d+\)|-Copy\d+)$")  # a browser's ` (1)`, Jupyter's `-Copy1`
@@ -146,46 +106,44 @@ def roster_fields(gb, sid: str, name: str) -> dict:
     return {} if student.first_name or student.last_name else {"last_name": name}
 
 
-def blackboard_split(files: list, rels: list, collector, assignment: str):
-    """(receipts {key: (username, name)}, Split of every Blackboard stem) for an export."""
-    found = blackboard_receipts(files, rels)
-    stems = {}
-    for rel in rels:
-        gd = rel.endswith(".ipynb") and not SKIP.search(rel) and collector.match(rel)
-        if gd and gd.get("student_id"):
-            stems.setdefault(f"{gd['assignment']}_{gd['student_id']}", []).append(rel)
-    known = {key.rsplit("_attempt_", 1)[0]: user for key, (user, _name) in found.items()}
-    return found, split_stems(stems, known, assignment)
-
-
 def valid_student_id(sid: str) -> bool:
     return bool(sid) and sid not in (".", "..") and "/" not in sid and "\\" not in sid and "\0" not in sid
 
 
+class Custom(Lms):
+    def order(self, gd: dict) -> tuple | None:
+        return (int(gd["attempt"]),) if gd.get("attempt") else None
+
+
+CUSTOM = Custom(name="custom", title="--name-regex", pattern="", layout="--name-regex", detected=False,
+             neutral_ids=True)
+
+
 def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None, regex: str = None,
                   timezone: str = "", source: Path = None, exercise: str = None) -> tuple:
-    """(Collected, preset name) for every file under `root`; file-name times read in `timezone`; with
+    """(Collected, LMS name) for every file under `root`; file-name times read in `timezone`; with
     the assignment's `source` folder, a notebook that is not the assignment's is a problem, not graded.
     In a flat export, a file that names a student but no notebook (`<student>.ipynb`) is the graded
     `exercise` (Course.exercise; None: such a file matches no notebook)."""
+    from . import REGISTRY, detect
+
     files = sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
     rels = [p.relative_to(root).as_posix() for p in files]
     if regex:
-        lms = "custom"
-        pattern = regex
+        system, pattern = CUSTOM, regex
     else:
-        lms = lms or detect(rels, assignment)
-        pattern = PRESETS[lms].regexp(assignment)
+        system = REGISTRY[lms or detect(rels, assignment)]
+        pattern = system.regexp(assignment)
     collector = Collector(named_regexp=pattern, valid_ext=[".ipynb"])
     named = None
-    if lms == "flat":  # `<student>_<notebook>.ipynb` first, so that ids may hold `_`
+    if system.name == "flat":  # `<student>_<notebook>.ipynb` first, so that ids may hold `_`
         alternatives = "|".join(re.escape(nb) for nb in sorted(notebooks, key=len, reverse=True))
         named = Collector(named_regexp=PREFIX + rf"(?P<student_id>[^/]+?)_(?P<file_id>{alternatives})\.ipynb$",
                           valid_ext=[".ipynb"])
     out, candidates = Collected(), {}
-    receipts, split = blackboard_split(files, rels, collector, assignment) if lms == "blackboard" else ({}, None)
-    if split and split.problem:
-        out.problems.append(split.problem)
+    sidecars = system.sidecars(files, rels, collector, assignment)
+    if sidecars.problem:
+        out.problems.append(sidecars.problem)
     for path, rel in zip(files, rels, strict=True):
         if SKIP.search(rel):
             continue
@@ -193,73 +151,79 @@ def collect_files(root: Path, notebooks: list, assignment: str, lms: str = None,
             out.problems.append(f"{rel}: a symbolic link; not graded")
             continue
         if not rel.endswith(".ipynb"):
-            if not (lms == "blackboard" and rel.endswith(".txt")) and Path(rel).name != "timestamp.txt":
+            if not system.skips(rel) and Path(rel).name != "timestamp.txt":
                 out.notes.append(f"{rel}: not a notebook; not graded")
             continue
-        lesson = lesson_file(rel, notebooks) if lms == "flat" else None
+        lesson = lesson_file(rel, notebooks) if system.name == "flat" else None
         if lesson:  # never a student called "07": the learner's own copy of a lesson
             out.problems.append(lesson_problem(rel, lesson))
             out.lesson_files.append(rel)
             continue
         gd = (named and named.match(rel)) or collector.match(rel)
         if not gd or not gd.get("student_id"):
-            out.problems.append(f"{rel}: does not match the {lms} file naming; not graded")
+            out.problems.append(f"{rel}: does not match the {system.name} file naming; not graded")
             continue
-        if split is not None:
-            stem = f"{gd['assignment']}_{gd['student_id']}"
-            if stem not in split.usernames:
-                continue  # in the split's one problem line
-            gd["student_id"] = split.usernames[stem]
-            gd["name"] = receipts.get(f"{stem}_attempt_{gd['timestamp']}", ("", gd.get("name")))[1]
+        gd = sidecars.apply(dict(gd), path)
+        if gd is None:
+            continue  # in the sidecars' one problem line
         sid = gd["student_id"]
         if not valid_student_id(sid):
             out.problems.append(f"{rel}: student id {sid!r} cannot be a folder name; not graded")
             continue
         file_id = gd.get("file_id")
-        if lms == "flat" and not file_id:
+        if system.name == "flat" and not file_id:
             nb = exercise  # <student>.ipynb: the graded exercise
         else:
             fname = (file_id or "") + (gd.get("ext") or "")
             nb = notebook_of(fname if fname.endswith(".ipynb") else fname + ".ipynb", notebooks)
-            if nb is None and lms == "flat":
+            if nb is None and system.name == "flat":
                 nb = exercise  # <student>_<anything>.ipynb: the graded exercise
         if nb is None:
             out.student_problem(sid, f"{rel}: matches none of the assignment's notebooks "
                                      f"({', '.join(notebooks)}); not graded")
             continue
         f = File(path=path, rel=rel, student=sid, notebook=nb, name=(gd.get("name") or "").strip(),
-                 late=bool(gd.get("late")), attempt=int(gd.get("attempt") or 0))
+                 late=bool(gd.get("late")), attempt=int(gd.get("attempt") or 0), order=system.order(gd))
         if gd.get("timestamp"):
             try:
-                f.timestamp = parse_timestamp(gd["timestamp"], timezone)
+                f.timestamp = parse_timestamp(gd["timestamp"], "" if gd.get("utc") else timezone)
             except ValueError:
                 out.problems.append(f"{rel}: timestamp {gd['timestamp']!r} not understood; not graded")
                 continue
-        elif lms == "nbgrader":
-            ts = path.parent / "timestamp.txt"
-            if ts.is_file() and ts.read_text().strip():
-                try:
-                    f.timestamp = parse_timestamp(ts.read_text())
-                except ValueError:
-                    out.problems.append(f"{ts.relative_to(root)}: not a timestamp; {rel} not graded")
-                    continue
         candidates.setdefault((sid, nb), []).append(f)
         if f.name:
             out.names.setdefault(sid, f.name)
     expected = expected_ids(source, notebooks) if source is not None else {}
     for (sid, nb), fs in sorted(candidates.items()):
-        key = lambda f: (f.timestamp or dt.datetime.min, f.attempt)  # noqa: E731
-        fs.sort(key=key)
-        if len(fs) > 1 and key(fs[-1]) == key(fs[-2]):
-            tied = [f.rel for f in fs if key(f) == key(fs[-1])]
-            out.student_problem(sid, f"{' and '.join(tied)}: all are {sid}'s {nb} with no time or attempt "
-                                     "number to order them; that notebook is not graded")
+        chosen = latest(fs, sid, nb, system, out)
+        if chosen is None:
             continue
-        ids = foreign_cells(fs[-1].path, expected[nb]) if nb in expected else None
+        ids = foreign_cells(chosen.path, expected[nb]) if nb in expected else None
         if ids:
-            out.student_problem(sid, foreign_problem(fs[-1].rel, nb, ids, expected[nb]))
+            out.student_problem(sid, foreign_problem(chosen.rel, nb, ids, expected[nb]))
             continue
-        out.students.setdefault(sid, {})[nb] = fs[-1]
-        if len(fs) > 1:
-            out.notes.append(f"{sid}'s {nb}: {len(fs)} attempts; grading the latest, {fs[-1].rel}")
-    return out, lms
+        out.students.setdefault(sid, {})[nb] = chosen
+    return out, system.name
+
+
+def latest(fs: list, sid: str, nb: str, system: Lms, out: Collected):
+    """The file of `sid`'s `nb` to grade among `fs`: the latest attempt (the LMS's time), and within one
+    attempt the one the LMS orders last; None, with a problem line, when nothing orders the last ones."""
+    def when(f):
+        return f.timestamp or dt.datetime.min
+
+    fs.sort(key=when)
+    last = [f for f in fs if when(f) == when(fs[-1])]
+    if len(last) > 1:
+        if any(f.order is None for f in last) or len({f.order for f in last}) < len(last):
+            tied = [f.rel for f in last]
+            out.student_problem(sid, f"{' and '.join(tied)}: all are {sid}'s {nb} with no time or order from "
+                                     f"{system.title} to tell which came last; that notebook is not graded")
+            return None
+        last.sort(key=lambda f: f.order)
+        out.notes.append(f"{sid}'s {nb}: {len(last)} files in one submission; grading the one {system.title} "
+                         f"took last, {last[-1].rel} (not {', '.join(f.rel for f in last[:-1])})")
+        return last[-1]
+    if len(fs) > 1:
+        out.notes.append(f"{sid}'s {nb}: {len(fs)} attempts; grading the latest, {fs[-1].rel}")
+    return fs[-1]
