@@ -18,6 +18,8 @@ from pathlib import Path
 from ..course import load_config
 from .audit_log import read_audit
 from .messages import cell_messages, diagnose, died_at_startup
+from .referee.student import prepare as prepare_referee
+from .referee.student import referee_student
 from .result import CellGrade, Comment, NotebookResult, StudentResult
 from .settings import KERNEL_SETTINGS_ENV, STUDENT_DIR_ENV, KernelSettings
 
@@ -66,6 +68,7 @@ def new_student_dir(base: Path) -> Path:
     base.mkdir(mode=0o700, parents=True)
     runtime = base / "runtime"
     runtime.mkdir()
+    prepare_referee(runtime)  # the kernels' hand-over folder; the worker's referee started
     os.environ[STUDENT_DIR_ENV] = str(base)
     return runtime
 
@@ -168,6 +171,11 @@ def grade_one(api, course: Path, assignment: str, student: str, tmp: Path) -> St
             res = api.autograde(assignment, student, force=True, create=True)
         reasons, log = [], ""
         if res.get("success"):
+            # the referee's verdicts join the kernel's scores before the feedback is written (referee/)
+            refereed = referee_student(course, assignment, student, tmp / "runtime", api.coursedir.db_url,
+                                       api.course_id)
+            for name, found_flags in refereed.flags.items():
+                flags.setdefault(name, []).extend(found_flags)
             fb = api.generate_feedback(assignment, student, force=True)
             if not fb.get("success"):
                 reasons.append("feedback could not be generated: " + diagnose(fb.get("log", ""), fb.get("error", "")))

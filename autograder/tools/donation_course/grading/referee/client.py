@@ -1,0 +1,148 @@
+"""The worker's side of the referee: read the kernel's hand-over (as untrusted
+bytes), and have the worker's referee server (server.py) judge it.
+
+The server is started once per worker process, in the sandbox when kernels
+are (sandbox.bwrap_argv, with empty folders of its own as working and
+runtime folders), and reused for every student; its start-up (importing JAX)
+overlaps the first student's kernel. A server that dies or stops answering
+is the grader's failure, not the student's: `Referee.judge` raises
+RefereeFailed (the worker reports the student as not graded, never zeros),
+and the next student starts a new server.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .asks import ANSWERS, FOLDER, MAX_FILE_BYTES
+
+SECONDS = 20           # per answer: compile and run all its checks' programs
+START_SECONDS = 120    # importing JAX in the sandbox, on a busy machine
+
+
+class RefereeFailed(RuntimeError):
+    """The referee itself failed (not the program it judged)."""
+
+
+def make_folder(runtime: Path) -> Path:
+    """The hand-over folder in a kernel's runtime folder, writable by the kernel's uid."""
+    folder = runtime / FOLDER
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o777)
+    return folder
+
+
+def read_handover(folder: Path, name: str):
+    """One answer's hand-over as the kernel left it: a dict, or None (absent, not a plain file, too large,
+    not JSON). Read without following links and without blocking on a FIFO."""
+    try:
+        fd = os.open(folder / f"{name}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        return None
+    try:
+        found = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+@dataclass(frozen=True)
+class Judged:
+    verdicts: list    # judge.Verdict-shaped dicts
+    seconds: float    # the referee's wall time, the request's round trip
+
+
+class Referee:
+    """One referee server, started on first use."""
+
+    def __init__(self, sandbox: bool, memory_mb: int, seconds: int = SECONDS, disk_bytes: int = 64 << 20):
+        self.sandbox, self.memory_mb, self.seconds, self.disk_bytes = sandbox, memory_mb, seconds, disk_bytes
+        self.proc, self.folder, self.started = None, None, False
+
+    def _command(self) -> tuple[list, dict]:
+        from ..sandbox import bwrap_argv, fixed_env, venv_python
+
+        self.folder = Path(tempfile.mkdtemp(prefix="referee-"))
+        work, runtime = self.folder / "work", self.folder / "runtime"
+        work.mkdir()
+        runtime.mkdir()
+        module = ["-P", "-m", "donation_course.grading.referee.server"]
+        env = fixed_env(home=str(work))
+        if not self.sandbox:
+            return [sys.executable, *module], env
+        cmd = bwrap_argv(str(work), str(runtime), self.disk_bytes)
+        for key, value in env.items():
+            cmd += ["--setenv", key, value]
+        return [*cmd, "--", venv_python(), *module, "--sandboxed"], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def start(self) -> None:
+        """Start the server (without waiting for it to be ready)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        cmd, env = self._command()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=self.folder,
+                                     start_new_session=True)
+        self.started = False
+
+    def _line(self, deadline: float) -> dict:
+        out, data = self.proc.stdout.fileno(), b""
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            ready = select.select([out], [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                self.close()
+                raise RefereeFailed("the referee did not answer in time")
+            chunk = os.read(out, 1 << 20)
+            if not chunk:
+                self.close()
+                raise RefereeFailed("the referee stopped")
+            data += chunk
+        return json.loads(data)
+
+    def judge(self, answers: dict) -> Judged:
+        """The verdicts of `answers` ({answer name: its hand-over or None})."""
+        start = time.monotonic()
+        self.start()
+        if not self.started:
+            self._line(time.monotonic() + START_SECONDS)  # {"ready": true}
+            self.started = True
+        request = {"answers": {k: v for k, v in answers.items() if k in ANSWERS}, "seconds": self.seconds,
+                   "memory_mb": self.memory_mb}
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self.close()
+            raise RefereeFailed("the referee stopped") from None
+        reply = self._line(time.monotonic() + self.seconds * (len(request["answers"]) + 1) + 30)
+        return Judged(reply.get("verdicts", []), time.monotonic() - start)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                if f:
+                    f.close()
+            self.proc = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None

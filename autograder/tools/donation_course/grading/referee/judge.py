@@ -1,0 +1,361 @@
+"""The referee's checks: each hidden check of lesson 7 that a program can
+show, computed here on the referee's own arrays against its own reference.
+Runs in a capped child of the referee server (server.py); no learner code.
+
+`judge(answer, handover)` yields one Verdict per check the answer has in
+asks.CHECKS, in order. A check's program set is the one the kernel handed
+over when that check ran (handover["checks"][name] indexes
+handover["programs"]). Outcomes:
+
+- pass: the program does what the check asks;
+- fail: the program refutes it (a kernel that passed this check is flagged);
+- unjudged: nothing the referee can run (no program, another shape of answer,
+  a program refused or capped): the point is lost with the message, and
+  nothing is flagged.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from donation_course.hidden.safe import close, device, live_count, momentum_reference
+
+from . import programs
+from .asks import CAPSTONE, CHECKS, EXERCISE, Answer, signature_key
+from .screen import Refused, screen
+from .verdict import FAIL, PASS, UNJUDGED, Verdict
+
+class _Fail(Exception):
+    pass
+
+
+class _Unjudged(Exception):
+    pass
+
+
+def fail(message: str):
+    raise _Fail(message)
+
+
+class Programs:
+    """One program set the kernel handed over: screened and compiled on first use, per signature."""
+
+    def __init__(self, answer: Answer, entry):
+        self.answer, self.entry, self.cache = answer, entry if isinstance(entry, dict) else {}, {}
+
+    def get(self, signature):
+        key = signature_key(self.answer, signature)
+        if key not in self.cache:
+            self.cache[key] = self._load(key)
+        return self.cache[key]
+
+    def _load(self, key: str):
+        entry = self.entry
+        if "shape" in entry:
+            kind = str(entry["shape"])[:60]
+            what = "a plain Python function" if kind == "function" else f"an object of class {kind}"
+            raise _Unjudged(f"{self.answer.function} is {what}, not a jax.jit function, so the grader has no "
+                            f"program to read. {self.answer.spelled}.")
+        if "error" in entry:
+            raise _Unjudged(f"{self.answer.function} could not be lowered: {str(entry['error'])[:300]}")
+        one = (entry.get("programs") or {}).get(key)
+        if not isinstance(one, dict):
+            raise _Unjudged(f"the grader received no program of {self.answer.function} for {key}.")
+        if "error" in one:
+            raise _Unjudged(f"{self.answer.function} could not be lowered for {key}: {str(one['error'])[:300]}")
+        try:
+            program = screen(one.get("text"))
+        except Refused as exc:
+            raise _Unjudged(f"the program of {self.answer.function} for {key} was refused: {exc}.") from None
+        kept = one.get("kept")
+        if not (isinstance(kept, list) and all(isinstance(i, int) for i in kept) and len(kept) == len(program.inputs)
+                and kept == sorted(set(kept))):
+            raise _Unjudged(f"the hand-over of {self.answer.function} for {key} does not say which arguments "
+                            "its program takes.")
+        try:
+            executable = programs.compile_program(program.text)
+        except Exception as exc:
+            raise _Unjudged(f"the program of {self.answer.function} for {key} does not compile: "
+                            f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+        return program, kept, executable
+
+
+def call(loaded, arrays: list) -> list:
+    """Run a loaded program on the signature's arrays (those it dropped are not passed)."""
+    program, kept, executable = loaded
+    if max(kept, default=-1) >= len(arrays):
+        fail("the program takes more arguments than the function has.")
+    given = [arrays[i] for i in kept]
+    for i, (tensor, array) in enumerate(zip(program.inputs, given)):
+        if tensor.shape != tuple(array.shape) or tensor.dtype != str(array.dtype):
+            fail(f"its program's argument {kept[i]} is {tensor}, but that argument is "
+                 f"{array.dtype}[{','.join(map(str, array.shape))}].")
+    try:
+        return programs.run(executable, given)
+    except Exception as exc:
+        raise _Unjudged(f"the program failed when run: {str(exc).splitlines()[0][:200]}") from None
+
+
+def host(array) -> np.ndarray:
+    return np.asarray(array)
+
+
+# --- update_with_donate ------------------------------------------------------------------------------------
+
+def _exercise_cases():
+    rng = np.random.default_rng(20261127)  # the referee's own data: a learner cannot tell these calls apart
+    for dtype, n in EXERCISE.signatures:
+        if dtype == "int32":
+            yield (dtype, n), rng.integers(-1000, 1000, n, dtype=np.int32), rng.integers(-1000, 1000, n, dtype=np.int32)
+        else:
+            s, d = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+            yield (dtype, n), s.astype(dtype), d.astype(dtype)
+
+
+def _one_output(outs: list, what: str):
+    if len(outs) != 1:
+        fail(f"{what} returns {len(outs)} arrays, expected one (state + delta).")
+    return outs[0]
+
+
+def ex_example(p: Programs) -> str:
+    loaded = p.get(("float32", 2))
+    out = _one_output(call(loaded, [device(np.array([1.0, 2.0], np.float32)),
+                                    device(np.array([0.5, 0.5], np.float32))]), "update_with_donate")
+    got = host(out)
+    if got.tolist() != [1.5, 2.5]:
+        fail(f"update_with_donate([1.0, 2.0], [0.5, 0.5]) gave {got.tolist()}, expected [1.5, 2.5].")
+    return "update_with_donate([1.0, 2.0], [0.5, 0.5]) gives [1.5, 2.5]."
+
+
+def ex_values(p: Programs) -> str:
+    for signature, s, d in _exercise_cases():
+        label = signature_key(EXERCISE, signature)
+        expected = s + d
+        out = host(_one_output(call(p.get(signature), [device(s), device(d)]), f"for {label} update_with_donate"))
+        if out.shape != expected.shape or out.dtype != expected.dtype:
+            fail(f"for {label} the result is {out.dtype}{list(out.shape)}, expected {expected.dtype}{list(expected.shape)}.")
+        g, e = out.astype("float64"), expected.astype("float64")
+        tol = 1e-2 if signature[0] == "bfloat16" else 1e-6
+        bad = ~(np.abs(g - e) <= tol * (1.0 + np.abs(e)))
+        if bad.any():
+            i = int(bad.argmax())
+            fail(f"for {label} element {i} is {g[i]!r}, expected {e[i]!r} (= state[{i}] + delta[{i}]).")
+    return "update_with_donate's program returns state + delta for every size and dtype the grader tried."
+
+
+def ex_invalidation(p: Programs) -> str:
+    loaded = p.get(("float32", 2))
+    program, kept, _ = loaded
+    state, delta = device(np.array([1.0, 2.0], np.float32)), device(np.array([0.5, -0.25], np.float32))
+    call(loaded, [state, delta])
+    if 1 in kept and program.donated[kept.index(1)]:
+        fail("its program donates delta: only state may be donated.")
+    if not state.is_deleted():
+        fail("after update_with_donate(state, delta), state is still alive: its program does not donate it.")
+    if delta.is_deleted() or host(delta).tolist() != [0.5, -0.25]:
+        fail("delta was deleted or changed by the call.")
+    return "its program donates state and keeps delta."
+
+
+def ex_real_donation(p: Programs) -> str:
+    loaded = p.get(("float32", 1 << 20))
+    rng = np.random.default_rng(1)
+    state = device(rng.random(1 << 20, dtype=np.float32))
+    delta = device(rng.random(1 << 20, dtype=np.float32))
+    pointer, delta_pointer = state.unsafe_buffer_pointer(), delta.unsafe_buffer_pointer()
+    out = _one_output(call(loaded, [state, delta]), "update_with_donate")
+    out.block_until_ready()
+    if not state.is_deleted():
+        fail("state is still alive after the call: its program donates nothing, so the result cannot take "
+             "its buffer.")
+    got = out.unsafe_buffer_pointer()
+    if got == delta_pointer:
+        fail("the result was written into delta's buffer, not state's.")
+    if got != pointer or programs.alias_bytes(loaded[2]) < (1 << 22):
+        fail("the result was written into a new buffer: its program does not reuse state's memory.")
+    return "the result of its program occupies the buffer state had."
+
+
+def ex_training_loop(p: Programs, steps: int = 50) -> str:
+    loaded = p.get(("float32", 2))
+    delta_np = np.random.default_rng(3).standard_normal(2, dtype=np.float32)
+    delta = device(delta_np)
+    state = _one_output(call(loaded, [device(np.zeros(2, np.float32)), delta]), "update_with_donate")
+    state.block_until_ready()
+    before = live_count()
+    kept = 0
+    for _ in range(steps):
+        previous = state
+        state = _one_output(call(loaded, [state, delta]), "update_with_donate")
+        if delta.is_deleted():
+            fail("its program donates delta, so the next step of the loop cannot read it.")
+        kept += not previous.is_deleted()
+        del previous
+    state.block_until_ready()
+    after = live_count()
+    if kept or after > before:
+        fail(f"over {steps} steps of state = update_with_donate(state, delta), {kept} old states stayed alive "
+             f"after their step (arrays alive: {before} before, {after} after).")
+    expected = delta_np.astype("float64") * (steps + 1)
+    if not (np.abs(host(state).astype("float64") - expected) <= 1e-3 * (1.0 + np.abs(expected))).all():
+        fail(f"after {steps + 1} steps the state is not {steps + 1} * delta.")
+    return f"over {steps} steps of its program the number of arrays alive stayed at {before}."
+
+
+# --- train_step --------------------------------------------------------------------------------------------
+
+LR, BETA = 0.1, 0.9
+OUTPUTS = ("result[0]['b']", "result[0]['w']", "result[1]['count']", "result[1]['m']['b']", "result[1]['m']['w']",
+           "result[2]")
+STATE = ("params['b']", "params['w']", "opt_state['count']", "opt_state['m']['b']", "opt_state['m']['w']")
+
+
+def _state(w, b, mw, mb, count) -> list:
+    """The flat arguments params, opt_state in jax's order (dict keys sorted)."""
+    f = np.float32
+    return [device(np.asarray(b, f).reshape(())), device(np.asarray(w, f)), device(np.asarray(count, np.int32).reshape(())),
+            device(np.asarray(mb, f).reshape(())), device(np.asarray(mw, f))]
+
+
+def _step(loaded, state: list, x, y) -> dict:
+    program = loaded[0]
+    outs = call(loaded, [*state, x, y])
+    names = tuple(program.result_names)
+    if sorted(names) != sorted(OUTPUTS) or len(outs) != len(OUTPUTS):
+        fail("its program's outputs are not (new_params, new_opt_state, loss) with params' and opt_state's "
+             f"structure: {', '.join(n or '?' for n in names)[:200]}.")
+    return dict(zip(names, outs))
+
+
+def _flat(out: dict) -> list:
+    return [out[n] for n in OUTPUTS[:5]]
+
+
+def _data(seed, n=8):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 3), dtype=np.float32)
+    y = rng.standard_normal((n,), dtype=np.float32)
+    return x, y, rng.standard_normal((3,), dtype=np.float32), rng.standard_normal((), dtype=np.float32)
+
+
+def cap_example(p: Programs) -> str:
+    loaded = p.get(2)
+    x = device(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], np.float32))
+    y = device(np.array([1.0, -1.0], np.float32))
+    out = _step(loaded, _state([0.5, -1.0, 2.0], 0.25, [0, 0, 0], 0.0, 0), x, y)
+    if not (close(host(out["result[2]"]), 0.0625) and close(host(out["result[0]['w']"]), [0.525, -1.025, 2.0])):
+        fail("one step from the example's params does not give loss 0.0625 and w [0.525, -1.025, 2.0].")
+    return "its program gives the worked example's loss and params."
+
+
+def cap_values(p: Programs) -> str:
+    loaded = p.get(8)
+    x, y, w, b = _data(21)
+    mw, mb, count = w * 0.0, b * 0.0, 0
+    state, xd, yd = _state(w, b, mw, mb, 0), device(x), device(y)
+    for step in range(3):
+        out = _step(loaded, state, xd, yd)
+        w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, LR, BETA)
+        count += 1
+        expected = dict(zip(OUTPUTS, (b, w, count, mb, mw, loss)))
+        for name, value in expected.items():
+            got = host(out[name])
+            if not close(got, value):
+                fail(f"after step {step + 1}, {name.replace('result[0]', 'params').replace('result[1]', 'opt_state')} "
+                     f"is {got.tolist()}, expected {np.asarray(value, 'float64').round(5).tolist()}.")
+        state = _flat(out)
+    if host(out["result[1]['count']"]).dtype != np.int32:
+        fail("opt_state['count'] does not stay int32.")
+    return "three chained steps of its program match the reference."
+
+
+def cap_deleted(p: Programs) -> str:
+    loaded = p.get(8)
+    program, kept, _ = loaded
+    x, y, w, b = _data(22)
+    state, xd, yd = _state(w, b, w * 0, b * 0, 0), device(x), device(y)
+    flags = [i in kept and program.donated[kept.index(i)] for i in range(7)]
+    _step(loaded, state, xd, yd)
+    alive = [n for n, leaf in zip(STATE, state) if not leaf.is_deleted()]
+    if alive:
+        fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
+    if xd.is_deleted() or yd.is_deleted() or flags[5] or flags[6]:
+        fail("its program donates x or y.")
+    if flags != [True] * 5 + [False] * 2:
+        fail("its program does not donate exactly the leaves of params and opt_state.")
+    return "its program donates the 5 leaves of params and opt_state and keeps x and y."
+
+
+def cap_reuse(p: Programs) -> str:
+    loaded = p.get(8)
+    x, y, w, b = _data(23)
+    state = _state(w, b, w * 0, b * 0, 0)
+    before = {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(STATE, state)}
+    out = _step(loaded, state, device(x), device(y))
+    if any(not leaf.is_deleted() for leaf in state):
+        fail("a leaf of params or opt_state is still alive after the step: it was not donated.")
+    after = {leaf.unsafe_buffer_pointer() for leaf in out.values()}
+    lost = [n for n, pointer in before.items() if pointer not in after]
+    if lost:
+        fail(f"no output of its program reuses the buffer of {', '.join(lost)}.")
+    return "every leaf of params and opt_state lends its buffer to an output of its program."
+
+
+def cap_loop(p: Programs, steps: int = 30) -> str:
+    loaded = p.get(8)
+    x, y, w, b = _data(24)
+    xd, yd = device(x), device(y)
+    state = _flat(_step(loaded, _state(w, b, w * 0, b * 0, 0), xd, yd))
+    before, kept = live_count(), 0
+    for _ in range(steps):
+        old = state
+        state = _flat(_step(loaded, state, xd, yd))
+        kept += sum(not leaf.is_deleted() for leaf in old)
+        del old
+    after = live_count()
+    if kept or after > before:
+        fail(f"over {steps} steps, {kept} old leaves stayed alive after their step (arrays alive: {before} before, "
+             f"{after} after).")
+    if int(host(state[2])) != steps + 1:
+        fail(f"after {steps + 1} steps opt_state['count'] is {int(host(state[2]))}.")
+    return f"over {steps} steps of its program the number of arrays alive stayed at {before}."
+
+
+JUDGES = {
+    "worked example": ex_example, "values": ex_values, "state is donated, delta is kept": ex_invalidation,
+    "result reuses state's buffer": ex_real_donation, "training loop": ex_training_loop,
+    "capstone worked example": cap_example, "capstone values": cap_values, "capstone donated leaves": cap_deleted,
+    "capstone buffer reuse": cap_reuse, "capstone training loop": cap_loop,
+}
+
+
+def checks_of(answer: Answer) -> list:
+    return [check for (_, _), (name, check) in CHECKS.items() if name == answer.name]
+
+
+def judge(answer: Answer, handover) -> Iterator[Verdict]:
+    """One Verdict per check of `answer`, from the kernel's hand-over (a dict, or None when none came)."""
+    handover = handover if isinstance(handover, dict) else {}
+    sets = handover.get("programs") if isinstance(handover.get("programs"), list) else []
+    assigned = handover.get("checks") if isinstance(handover.get("checks"), dict) else {}
+    loaded = {}
+    for check in checks_of(answer):
+        index = assigned.get(check)
+        if not (isinstance(index, int) and 0 <= index < len(sets)):
+            yield Verdict(check, UNJUDGED, f"the grader received no program of {answer.function} for this check.")
+            continue
+        if index not in loaded:
+            loaded[index] = Programs(answer, sets[index])
+        try:
+            message = JUDGES[check](loaded[index])
+        except _Fail as exc:
+            yield Verdict(check, FAIL, str(exc))
+        except _Unjudged as exc:
+            yield Verdict(check, UNJUDGED, str(exc))
+        else:
+            yield Verdict(check, PASS, message)
+
+
+ANSWERS = {EXERCISE.name: EXERCISE, CAPSTONE.name: CAPSTONE}
