@@ -1,6 +1,5 @@
-"""What goes back to the LMS, and what comes from it (issue 23): the import files
-in each LMS's documented columns, blank (never 0) for work not graded yet;
-points out of what the assignment asks; a Blackboard export without receipts
+"""What goes back to the LMS, and what comes from it (issue 23; the import files
+themselves: tests/test_lms_imports.py): a Blackboard export without receipts
 split on its assignment name, ambiguity refused rather than merged; LMS-local
 times in the course's zone; a notebook of another course refused in one line;
 display names that never overwrite the roster; feedback made again after
@@ -21,10 +20,6 @@ from synthetic_class import Student, build_class
 EX = COURSE.exercise
 ASSIGNMENT = COURSE.assignment
 FULL, WRONG = corpus.CASES["partial"][1], corpus.CASES["wrongvalue"][1]
-CANVAS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-MOODLE = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade", "Grade can be changed",
-          "Last modified (submission)", "Last modified (grade)"]
-BLACKBOARD = ["Last Name", "First Name", "Username", "Student ID", "Last Access", "Availability"]
 
 
 def collect(root, **options):
@@ -116,85 +111,7 @@ def test_a_notebook_of_another_course_is_one_problem_line(tmp_path):
     assert found.student_problems["jdoe"] == [line]  # grades.csv says why jdoe has nothing
 
 
-# --- the import files ------------------------------------------------------------
-
-CLASS = {"ann": Student({EX: 1.0}, name="Ann Lee"),
-         "1001": Student({EX: 0.5, "02_the_contract": 1.0}, late_penalty=3.0, minutes_late=5),
-         "bob": Student({EX: 1.0}, kind="flagged"),
-         "cat": Student({EX: 1.0}, kind="error"),
-         "dan": Student({EX: 1.0}, kind="timeout"),
-         "eve": Student({EX: 0.0}, kind="flagged", by_hand={EX: 0.5})}
-
-
-@pytest.fixture
-def graded_class(tmp_path, generated_course):
-    course = generated_course(tmp_path / "course")
-    return Course(course), build_class(course, CLASS)
-
-
-def export(course, summaries, out, **traits):
-    from donation_course.grading.report import write_reports
-    from donation_course.grading.settings import GradingSettings
-
-    settings = GradingSettings(config=course.config)
-    for name, value in traits.items():
-        setattr(settings, name, value)
-    return write_reports(course, summaries, out, settings=settings)
-
-
-def test_import_files_have_each_lms_columns_and_blanks_for_ungraded_work(tmp_path, graded_class, capsys):
-    course, summaries = graded_class
-    rows = {r["student"]: r for r in export(course, summaries, tmp_path / "out")}
-    top = f"{rows['ann']['max']}"
-    canvas = read(tmp_path / "out" / "canvas-import.csv")
-    assert canvas[0] == [*CANVAS, ASSIGNMENT] and canvas[1] == ["    Points Possible", "", "", "", "", top]
-    by_id = {r[1] or r[3]: r for r in canvas[2:]}
-    assert by_id["1001"] == ["1001", "1001", "", "", "", str(rows["1001"]["total"])]  # a Canvas id: ID
-    assert by_id["ann"] == ["Ann Lee", "", "", "ann", "", str(FULL * 1.0)]  # any other id: SIS Login ID
-    assert [by_id[s][5] for s in ("bob", "cat", "dan")] == ["", "", ""]  # waiting, errored, timed out: blank
-    assert by_id["eve"][5] == str(rows["eve"]["total"]) != "0.0"  # flagged, then graded by hand
-
-    moodle = read(tmp_path / "out" / "moodle-import.csv")
-    assert moodle[0] == MOODLE and [r[0] for r in moodle[1:]] == ["Participant 1001"]
-    assert moodle[1][4:7] == [f"{rows['1001']['total']:.2f}", f"{float(top):.2f}", "Yes"]
-
-    board = (tmp_path / "out" / "blackboard-import.csv").read_text().splitlines()
-    assert board[0] == ",".join(f'"{h}"' for h in [*BLACKBOARD, f"{ASSIGNMENT} [Total Pts: {float(top):g} Score]",
-                                                   "Grading Notes", "Notes Format"])
-    bb = {r[2]: r for r in read(tmp_path / "out" / "blackboard-import.csv")[1:]}
-    assert bb["ann"][6] == str(FULL * 1.0) and bb["bob"][6] == "" and "manual grading" in bb["bob"][7]
-
-    notes = {r["student"]: r for r in csv.DictReader(open(tmp_path / "out" / "import-notes.csv"))}
-    assert notes["bob"]["note"].startswith("waiting for manual grading") and notes["bob"]["status"] == "flagged"
-    assert notes["cat"]["note"].startswith("not graded (error") and notes["dan"]["note"].startswith("not graded (t")
-    err = capsys.readouterr().err
-    assert "has no Canvas id" in err and "has no Blackboard id" in err and "3 student(s) exported blank" in err
-
-
-def test_points_are_out_of_what_the_assignment_asks(tmp_path, graded_class):
-    course, summaries = graded_class
-    rows = {r["student"]: r for r in export(course, summaries, tmp_path / "out", lms_points="exercise")}
-    canvas = read(tmp_path / "out" / "canvas-import.csv")
-    assert canvas[1][5] == str(COURSE.points[EX]) != str(rows["ann"]["max"])  # the exercise's, not the course's
-    late = next(r for r in canvas if r[1] == "1001")
-    assert late[5] == str(round(corpus.MAX * 0.5 - 3.0, 3))  # the exercise, after its late penalty alone
-    assert float(rows["1001"]["total"]) > float(late[5])  # grades.csv still counts every notebook
-
-
-def test_lms_columns_come_from_the_lms_own_gradebook_downloads(tmp_path, graded_class, capsys):
-    course, summaries = graded_class
-    canvas_export = tmp_path / "Grades-Course.csv"
-    canvas_export.write_text("Student,ID,SIS User ID,SIS Login ID,Section,Quiz 1 (11),Buffer Donation (4711),"
-                             "Current Score\n    Points Possible,,,,,5,43,(read only)\n", encoding="utf-8")
-    board_export = tmp_path / "gc_course_fullgc.xls"  # Blackboard's download: tab-separated UTF-16
-    board_export.write_bytes("\t".join(['"Last Name"', '"Username"', '"Buffer Donation [Total Pts: 43 Score] |99123"',
-                                        '"Total [Total Pts: up to 100 Score] |99100"']).encode("utf-16"))
-    export(course, summaries, tmp_path / "out", canvas_column=str(canvas_export),
-           blackboard_column=str(board_export))
-    assert read(tmp_path / "out" / "canvas-import.csv")[0][-1] == "Buffer Donation (4711)"
-    assert read(tmp_path / "out" / "blackboard-import.csv")[0][6] == "Buffer Donation [Total Pts: 43 Score] |99123"
-    assert "no Canvas id" not in capsys.readouterr().err
-
+# --- the import files: tests/test_lms_imports.py ------------------------------------
 
 def test_display_names_never_overwrite_the_roster(tmp_path, generated_course):
     from donation_course.grading.gradebook import open_gradebook

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..course import Course, CourseError
-from .lms import REGISTRY, origin, with_files
+from .lms import origin, with_files
 from .lms.base import ColumnError, LmsGrade, Picked, csv_text, pick_column, shorten, with_roster
 from .lms.times import course_timezone
 from .result import Status

@@ -56,8 +56,7 @@ def with_files() -> list[Lms]:
     return [lms for lms in REGISTRY.values() if lms.exporters]
 
 
-from .files import (Collected, File, collect_files, lesson_file, notebook_of, roster_fields,  # noqa: E402
-                    valid_student_id)
+from .files import Collected, File, collect_files, lesson_file, notebook_of, roster_fields, valid_student_id  # noqa: E402
 from .times import course_timezone, parse_timestamp, zone  # noqa: E402
 
 __all__ = ["REGISTRY", "Collected", "File", "Lms", "collect_files", "course_timezone", "detect", "lesson_file",

@@ -52,10 +52,11 @@ class LmsGrade:
     timestamp: str = ""       # nbgrader's submission time, ISO, UTC ('' none)
 
     def names(self) -> tuple[str, str]:
-        """(first, last): the roster's, else the display name split at its last space."""
-        if self.first_name or self.last_name:
+        """(first, last): the roster's; a name held whole (an LMS's display name, which the roster keeps
+        as last_name alone) is split at its last space."""
+        if self.first_name:
             return self.first_name, self.last_name
-        first, _, last = self.name.strip().rpartition(" ")
+        first, _, last = (self.last_name or self.name).strip().rpartition(" ")
         return first, last
 
 

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import PREFIX, SKIP, Column, LmsExport, LmsGrade, Lms, Sidecars, csv_text, number
+from .base import PREFIX, SKIP, Column, Lms, LmsExport, LmsGrade, Sidecars, csv_text, number
 
 RECEIPT = re.compile(r"(?:.*/)?(?P<key>[^/]*_attempt_\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)\.txt$")
 RECEIPT_NAME = re.compile(r"^Name:\s*(?P<name>.*?)\s*\((?P<username>[^()]+)\)\s*$", re.M)

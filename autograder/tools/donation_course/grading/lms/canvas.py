@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from .base import PREFIX, Column, LmsExport, LmsGrade, Lms, csv_text, number
+from .base import PREFIX, Column, Lms, LmsExport, LmsGrade, csv_text, number
 
 FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 KEYS = ("ID", "SIS User ID", "SIS Login ID")

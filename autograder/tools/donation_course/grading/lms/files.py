@@ -22,6 +22,7 @@ from ..foreign import expected_ids, foreign_cells, foreign_problem
 from .base import PREFIX, SKIP, Lms
 from .times import parse_timestamp
 
+
 class Collector(FileNameCollectorPlugin):
     """nbgrader's file-name collector, matched on the path relative to the
     export rather than the absolute path (the user's folder names must not

@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from .base import PREFIX, Column, LmsExport, LmsGrade, Lms, csv_text, number
+from .base import PREFIX, Column, Lms, LmsExport, LmsGrade, csv_text, number
 
 WORKSHEET = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
              "Grade can be changed", "Last modified (submission)", "Last modified (grade)"]
