@@ -16,8 +16,8 @@
    nbgrader delimiter (leaks.py), and for the machine's paths and dates in
    the lesson pages. Any hit stops the build and publishes nothing.
 
-The work folder (`build/site-work/`, git-ignored) keeps the executed
-lessons and the staged sources of the last build.
+The work folder (`build/site-work/`, git-ignored; `--work`) keeps the
+staged sources of the last build and its kernels' logs.
 """
 import argparse
 import re
@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -66,10 +66,15 @@ def execute(name: str, run_dir: str) -> tuple[str, float, dict]:
 
 
 def execute_all(names: list[str], jobs: int, run_dir: Path) -> dict:
+    """Every lesson's run, the biggest notebooks first (the longest runs, roughly), so that no long run
+    starts last while the other worker sits idle."""
     run_dir.mkdir(parents=True, exist_ok=True)
     executed = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for name, seconds, nb in pool.map(execute, names, [str(run_dir)] * len(names)):
+        runs = [pool.submit(execute, name, str(run_dir))
+                for name in sorted(names, key=lambda n: -(SOLUTIONS / n).stat().st_size)]
+        for done in as_completed(runs):
+            name, seconds, nb = done.result()
             print(f"  ran {name} in {seconds:.0f} s", flush=True)
             executed[name] = nb
     return executed
@@ -140,18 +145,19 @@ def check(html: Path, scrub: Scrubber) -> None:
         raise SiteError("a lesson page still shows the build machine:\n" + "\n".join(problems))
 
 
-def build(out: Path, sphinx_python: str, repository: str = REPOSITORY, branch: str = BRANCH, jobs: int = 2) -> Path:
+def build(out: Path, sphinx_python: str, repository: str = REPOSITORY, branch: str = BRANCH, jobs: int = 2,
+          work: Path = WORK) -> Path:
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     missing = [name for name in names if not (SOLUTIONS / name).is_file()]
     if not names or missing:
         raise SiteError(f"no learner notebooks, or no solved copy of {missing}: run ./course regenerate first")
     start = time.perf_counter()
-    if WORK.exists():
-        shutil.rmtree(WORK)
-    src, html, doctrees = WORK / "src", WORK / "html", WORK / "doctrees"
+    if work.exists():
+        shutil.rmtree(work)
+    src, html, doctrees = work / "src", work / "html", work / "doctrees"
     scrub = Scrubber(ROOT)
     print(f"course site: running {len(names)} lessons, {jobs} at a time", flush=True)
-    executed = execute_all(names, jobs, WORK / "run")
+    executed = execute_all(names, jobs, work / "run")
     stage_lessons(names, executed, src, scrub, repository, branch)
     stage_docs(src, repository, branch)
     print(f"course site: rendering ({time.perf_counter() - start:.0f} s so far)", flush=True)
@@ -173,10 +179,13 @@ def main(argv=None) -> int:
                         help=f"OWNER/NAME on GitHub, for the Binder links (default {REPOSITORY})")
     parser.add_argument("--branch", default=BRANCH, help=f"the branch Binder opens (default {BRANCH})")
     parser.add_argument("--jobs", type=int, default=2, help="lessons run at once (default 2)")
-    parser.add_argument("--sphinx", default=sys.executable, help="the Python that has Sphinx (./course passes .venv/site's)")
+    parser.add_argument("--work", type=Path, default=WORK,
+                        help="the work folder, emptied first (default build/site-work/)")
+    parser.add_argument("--sphinx", default=sys.executable,
+                        help="the Python that has Sphinx (./course passes .venv/site's)")
     args = parser.parse_args(argv)
     try:
-        build(args.out.resolve(), args.sphinx, args.repository, args.branch, max(1, args.jobs))
+        build(args.out.resolve(), args.sphinx, args.repository, args.branch, max(1, args.jobs), args.work.resolve())
     except (SiteError, CourseError) as exc:
         print(f"course site: error: {exc}", file=sys.stderr)
         return 1

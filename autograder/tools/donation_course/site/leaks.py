@@ -111,14 +111,14 @@ def forbidden_texts(source_notebooks, learner_notebooks) -> list[Forbidden]:
 
 
 class _TextOf(HTMLParser):
-    """A page's text and attribute values, in document order."""
+    """A page's text, in document order, and its attribute values (a link, a title, a data- value)."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.parts = []
+        self.parts, self.attributes = [], []
 
     def handle_starttag(self, tag, attrs):
-        self.parts.extend(f" {value} " for _, value in attrs if value)
+        self.attributes.extend(value for _, value in attrs if value)
 
     def handle_data(self, data):
         self.parts.append(data)
@@ -131,7 +131,7 @@ def searchable_text(path: Path) -> str:
         parser.feed(raw)
         parser.close()
         # Highlighting splits a line into spans: joined with nothing between them, as the browser shows it.
-        raw = "".join(parser.parts)
+        raw = "".join(parser.parts) + "\0" + "\0".join(parser.attributes)
     return normalise(html.unescape(raw))
 
 

@@ -19,11 +19,10 @@ from pathlib import Path
 
 LOG_PREFIX = re.compile(r"\b([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ([\w.\-]+:\d+\])")
 ISO_DATE = re.compile(r"\b\d{4}-\d\d-\d\d(?:[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?\b")
-PATH_CHARS = r"[^\s'\"():,<>\[\]]"
+PATH_CHARS = r"[^\s'\"():,<>\[\]/]"  # one path segment
 SITE_PACKAGES = re.compile(rf"(?:/{PATH_CHARS}+?)*?/(?:site|dist)-packages/")
 STDLIB = re.compile(rf"(?:/{PATH_CHARS}+?)*?/lib/(python3\.\d+)/")
-TEMP = re.compile(rf"(?:/tmp|/var/tmp|/var/folders{PATH_CHARS}*?)(?:/{PATH_CHARS}+?)*?/({PATH_CHARS}+)(?=[\s'\":,)<]|$)",
-                  re.M)
+TEMP = re.compile(rf"(?:/tmp|/var/tmp|/var/folders)(?:/{PATH_CHARS}+)*?/({PATH_CHARS}+)(?=[\s'\":,)<]|$)", re.M)
 
 
 class Scrubber:

@@ -63,11 +63,13 @@ def _walk(model_id: str, state: dict, pieces: list) -> None:
     name = model["_model_name"]
     classes = " ".join(html.escape(c) for c in model.get("_dom_classes", []))
     if "children" in model:  # VBox, HBox, Box, GridBox, Accordion, Tab
-        row = name == "HBoxModel"
-        pieces.append(f'<div class="widget-static-box{" widget-static-row" if row else ""} {classes}">')
+        inner = []
         for child in model["children"]:
-            _walk(child.removeprefix("IPY_MODEL_"), state, pieces)
-        pieces.append("</div>")
+            _walk(child.removeprefix("IPY_MODEL_"), state, inner)
+        if name == "HBoxModel" and all(isinstance(piece, str) for piece in inner):
+            pieces.append(f'<div class="widget-static-row {classes}">{"".join(inner)}</div>')
+        else:  # a column, or a row holding a picture: the pieces one below the other
+            pieces.extend(inner)
     elif name in ("HTMLModel", "HTMLMathModel"):
         pieces.append(f'<div class="widget-static-html {classes}">{model.get("value", "")}</div>')
     elif name == "LabelModel":
