@@ -2,6 +2,7 @@
 its own state, grades and exports under .grading/<assignment>/, in one
 gradebook, and grading one leaves the other's grades as they were."""
 import shutil
+import warnings
 
 import pytest
 
@@ -59,13 +60,30 @@ def test_a_course_with_two_assignments_grades_each_on_its_own(tmp_path, env):
     assert Course(course, SECOND).grading_dir == course / ".grading" / SECOND
 
 
-def test_files_of_a_one_assignment_run_are_not_taken_for_another_assignments(tmp_path):
+def test_files_of_a_one_assignment_run_move_to_their_assignment_by_themselves(tmp_path, capsys):
+    """Graded while the course had one assignment, then week-2 is added: the next run moves the grader's
+    files into .grading/<the first assignment>/, which the gradebook names; nothing to do by hand."""
+    from nbgrader.api import Gradebook
+
     course = two_assignment_course(tmp_path)
-    assert Course(course, SECOND).grading_dir == course / ".grading" / SECOND
-    (course / ".grading").mkdir()
-    (course / ".grading" / "state.json").write_text("{}")  # graded before week-2 was added
+    top = course / ".grading"
+    top.mkdir()
+    for name in ("state.json", "grades.csv", "logs/timings.json", "compile-cache/x", "lock"):
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text(name)
     with pytest.raises(CourseError, match=r"holds the grader's files of a run made when the course had one "
-                                          r"assignment: move them into .*/\.grading/<that assignment>/"):
-        _ = Course(course, SECOND).grading_dir
-    (course / ".grading" / "state.json").rename(course / ".grading" / "moved.json")
-    assert Course(course, FIRST).grading_dir == course / ".grading" / FIRST
+                                          r"assignment, and which one cannot be told .*: move them into "):
+        _ = Course(course, SECOND).grading_dir  # no gradebook says whose they are: nothing is moved
+    assert (top / "state.json").read_text() == "state.json"
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's relationships
+        gb.add_assignment(FIRST)
+        gb.add_assignment(SECOND)
+        gb.add_student("ann")
+        gb.add_submission(FIRST, "ann")
+    assert Course(course, SECOND).grading_dir == top / SECOND
+    assert "moved the grader's files of " + FIRST in capsys.readouterr().err
+    assert sorted(p.relative_to(top).as_posix() for p in top.rglob("*") if p.is_file()) == sorted(
+        ["lock", *(f"{FIRST}/{n}" for n in ("state.json", "grades.csv", "logs/timings.json", "compile-cache/x"))])
+    assert Course(course, FIRST).grading_dir == top / FIRST  # and the first assignment finds them there
+    assert (top / FIRST / "state.json").read_text() == "state.json"

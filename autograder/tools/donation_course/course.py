@@ -10,6 +10,7 @@ other course folder with `--course` and reads the same facts from it.
 
     python -m donation_course.course   # each notebook's points and grade ids, the exercise and its parts
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -108,10 +109,36 @@ class Course:
         if not self.several:
             return top
         if (top / "state.json").exists():  # graded while source/ held one assignment
-            raise CourseError(f"{top} holds the grader's files of a run made when the course had one assignment: "
-                              f"move them into {top}/<that assignment>/ (state.json, compile-cache, logs, the CSV "
-                              "files), then grade again")
+            self.move_single_assignment_files(top)
         return top / self.assignment
+
+    def move_single_assignment_files(self, top: Path) -> None:
+        """Move the grader's files of a run made while the course had one assignment from `top` into
+        top/<that assignment>/: the one assignment of source/ with submissions in the gradebook. CourseError
+        in one line when the gradebook does not tell which it was."""
+        import sqlite3
+
+        owners = []
+        if self.gradebook.is_file():
+            with contextlib.closing(sqlite3.connect(f"file:{self.gradebook}?mode=ro", uri=True)) as db:
+                owners = [n for (n,) in db.execute("SELECT DISTINCT assignment.name FROM assignment JOIN "
+                                                   "submitted_assignment ON submitted_assignment.assignment_id = "
+                                                   "assignment.id") if n in self.assignments]
+        dest = top / owners[0] if len(owners) == 1 else None
+        if dest is None or (dest / "state.json").exists():
+            why = (f"{dest} has its own" if dest is not None else
+                   f"the gradebook has submissions of {', '.join(owners) or 'none'} of them")
+            raise CourseError(f"{top} holds the grader's files of a run made when the course had one assignment, "
+                              f"and which one cannot be told ({why}): move them into {top}/<that assignment>/ "
+                              "(state.json, compile-cache, logs, the CSV files), then grade again")
+        dest.mkdir(exist_ok=True)
+        moved = []
+        for entry in sorted(top.iterdir()):
+            if entry.name != "lock" and entry.name not in self.assignments:
+                os.replace(entry, dest / entry.name)
+                moved.append(entry.name)
+        print(f"note: the course now has several assignments: moved the grader's files of {owners[0]} "
+              f"({', '.join(moved)}) from {top} into {dest}", file=sys.stderr, flush=True)
 
     @property
     def lock_dir(self) -> Path:
