@@ -194,6 +194,12 @@ class LmsExport(ExportPlugin):
         self.kept = 0  # students the file holds
 
     def export(self, gradebook) -> None:
+        if not self.assignment:  # nbgrader export without --assignment: the gradebook's one assignment
+            names = [a.name for a in gradebook.assignments]
+            if len(names) != 1:
+                raise ValueError(f"{type(self).__name__}: one file is one assignment: give --assignment "
+                                 f"(the gradebook has {', '.join(names) or 'none'})")
+            self.assignment = names
         grades = self.grades if self.grades is not None else gradebook_grades(gradebook, self.assignment[0])
         if self.student:
             grades = [g for g in grades if g.student in self.student]
