@@ -95,7 +95,7 @@ def test_a_formgrader_edit_made_during_a_run_is_kept(tmp_path, env, generated_co
     assert ours == serial_state(course, tmp_path, "bob", "serial", env)
 
 
-def test_accepting_a_flagged_result_enters_the_checks_scores_as_manual_scores(tmp_path, env, generated_course):
+def test_accepting_a_flagged_result_puts_the_checks_scores_back_not_as_manual_scores(tmp_path, env, generated_course):
     from nbgrader.api import Gradebook
 
     course = generated_course(tmp_path / "course")
@@ -111,23 +111,28 @@ def test_accepting_a_flagged_result_enters_the_checks_scores_as_manual_scores(tm
     def cells():
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
             nb_ = gb.find_submission_notebook(EX, ASSIGNMENT, "ann")
-            return {g.name: (g.manual_score, g.needs_manual_grade, g.max_score) for g in nb_.grades}
+            return {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.max_score) for g in nb_.grades}
 
     feedback = course / ".grading" / "feedback" / "ann.html"
     page_before = feedback.read_text(encoding="utf-8")
     one = run([ROOT / "course", "feedback", "--course", course, "--accept", "ann", "--cell", CELL], env)
     assert "accepted the automatic result of 1 flagged cell(s)" in one.stdout, one.stdout
     after_one = cells()
-    assert after_one[CELL] == (after_one[CELL][2], False, after_one[CELL][2])  # the full score the check gave
-    assert all(needs and manual is None for name, (manual, needs, _) in after_one.items() if name != CELL)
+    # the full score the check gave, as its automatic score (not a manual one), no longer waiting
+    assert after_one[CELL] == (after_one[CELL][3], None, False, after_one[CELL][3])
+    assert all(needs and auto == 0 and manual is None for name, (auto, manual, needs, _) in after_one.items()
+               if name != CELL)
     grades_ = read_grades(course / ".grading" / "grades.csv")["ann"]
     assert grades_["status"] == "flagged"  # cells still wait: not yet the instructor's whole decision
 
     run([ROOT / "course", "feedback", "--course", course, "--accept", "ann"], env)
     final = cells()
-    assert all(manual == top and not needs for manual, needs, top in final.values()), final
+    assert all(auto == top and manual is None and not needs for auto, manual, needs, top in final.values()), final
     row = read_grades(course / ".grading" / "grades.csv")["ann"]
     assert (row["status"], float(row[EX])) == ("ok", COURSE.points[EX]), row  # the notebook's points
+    assert "flagged for the instructor" not in row["reason"] and "withheld" not in row["reason"], row
+    again = run([ROOT / "course", "feedback", "--course", course, "--accept", "ann"], env)
+    assert f"{len(final)} cell(s) were accepted already for these same answers" in again.stdout, again.stdout
     assert feedback.read_text(encoding="utf-8") != page_before  # the learner's page made again
 
     refused = run([ROOT / "course", "feedback", "--course", course, "--accept", "bob"], env, check=False)

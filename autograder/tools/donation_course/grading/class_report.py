@@ -8,7 +8,7 @@ beside grades.csv) of how the class did, from the gradebook's rows
 - the pass rate of each check (full marks on the grade cell), among the students
   who submitted its notebook and whose cell is not waiting for manual grading,
   lowest first: the checks most students fail, likely a lesson to improve;
-- the students flagged, whose grading errored or timed out, and those late.
+- the students flagged, waiting for a review, whose grading errored or timed out, and those late.
 
 `write_class_report(course, summaries, out)` is all a caller needs; run.py's
 reports call it through report.write_reports.
@@ -54,6 +54,7 @@ class ClassFigures:
     flagged: list[tuple[str, str]]  # (student, detail), likewise below
     failed: list[tuple[str, str]]
     late: list[tuple[str, str]]
+    pending: list[tuple[str, str]] = ()  # graded, with cells waiting for a person (a review of other answers)
 
     def bins(self) -> list[tuple[float, float, int]]:
         """(low, high, students) of equal bins over 0..max_points; the last one holds max_points."""
@@ -88,8 +89,10 @@ def figures(course: Course, rows: list[dict], checks: list[str], counted: list[s
                   if waiting[r["student"]] else "graded by hand since") for r in rows
                  if r["status"] == Status.FLAGGED.value],
         failed=[(r["student"], f"{r['status']}: {r['reason'][:200]}") for r in rows if r["status"] in NOT_GRADED],
-        late=[(r["student"], f"submitted {r['timestamp']}, late penalty {r['late_penalty']:g}") for r in rows
-              if r["late"]])
+        late=[(r["student"], f"submitted {r['timestamp']}, due {r['due']}, late penalty {r['late_penalty']:g}")
+              for r in rows if r["late"]],
+        pending=[(r["student"], f"{waiting[r['student']]} cell(s) waiting for manual grading: {r['reason'][:200]}")
+                 for r in rows if r["status"] == Status.PENDING.value])
 
 
 def plot(figs: ClassFigures, path: Path) -> None:
@@ -132,8 +135,9 @@ def page(course: Course, figs: ClassFigures, counted: list[str]) -> str:
                ["out of", f"{figs.max_points:g}"]]
     checks = [[f.check, f"{f.points:g}", f.graded, f.passed, f"{100 * f.rate:.1f}%" if f.rate is not None else "-"]
               for f in figs.checks]
-    people = [[sid, what, detail] for what, group in (("flagged", figs.flagged), ("not graded", figs.failed),
-                                                      ("late", figs.late)) for sid, detail in group]
+    people = [[sid, what, detail] for what, group in (("flagged", figs.flagged), ("pending", figs.pending),
+                                                      ("not graded", figs.failed), ("late", figs.late))
+              for sid, detail in group]
     return "\n".join([
         f"<!doctype html><meta charset='utf-8'><title>Class report: {html.escape(course.assignment)}</title>",
         f"<style>{STYLE}</style><h1>Class report: {html.escape(course.assignment)}</h1>",

@@ -11,7 +11,7 @@ import shutil
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from ..course import CourseError
+from ..course import CourseError, read_notebook
 from .lms import collect_files
 from .repair import repair
 
@@ -136,3 +136,36 @@ def write_timestamp(files: dict, dest: Path, timestamp) -> None:
     tmp = ts.with_name(".timestamp.txt.tmp")
     tmp.write_text(text)
     tmp.replace(ts)
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why a submitted file cannot be graded as a notebook, in one line for the instructor and the
+    student (None: nbformat reads and validates it). Any file: empty, binary, truncated, JSON that is
+    no notebook, or a notebook nbformat's schema refuses."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not data.strip():
+        return "an empty file, not a notebook"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not a notebook: binary data, or text that is not UTF-8"
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        cut = " (cut off: the upload or the save did not finish?)" if "Unterminated" in str(exc) or \
+            getattr(exc, "pos", 0) >= len(text.rstrip()) else ""
+        return f"not a notebook: broken JSON at line {getattr(exc, 'lineno', '?')}{cut}"
+    if not isinstance(value, dict):
+        return f"not a notebook: its JSON is a {type(value).__name__}, not an object"
+    if "nbformat" not in value:
+        return "not a notebook: a JSON object with no nbformat version"
+    try:
+        read_notebook(path)
+    except CourseError as exc:
+        return " ".join(str(exc).split(": ", 1)[-1].split())[:300]
+    return None

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from ..course import AUTOGRADER, Course, CourseError, load_config
 from .accept import accept
-from .gradebook import open_gradebook
+from .deadlines import penalty_plugin, read_extensions
+from .gradebook import Deadline, apply_deadlines, open_gradebook
 from .report import row_of, write_reports
 from .result import Status, StudentResult, Summary
 from .settings import GradingSettings
@@ -69,9 +70,13 @@ def load_digests(course: Course) -> dict:
         return {}
 
 
-def changed_students(course: Course, only: tuple = (), everyone: bool = False) -> list[Change]:
-    """The students whose gradebook entry differs from what their feedback was made from."""
-    kept, out = load_digests(course), []
+def changed_students(course: Course, only: tuple = (), everyone: bool = False,
+                     summaries: dict | None = None) -> list[Change]:
+    """The students whose gradebook entry differs from what their feedback was made from; `waiting`
+    counts the cells that wait for a person (report.student_row's: a review of these answers does not)."""
+    from .reviews import reviewed_cells
+
+    kept, out, summaries = load_digests(course), [], summaries or {}
     with open_gradebook(course) as gb:
         for sub in sorted(gb.find_assignment(course.assignment).submissions, key=lambda s: s.student.id):
             sid = sub.student.id
@@ -80,7 +85,10 @@ def changed_students(course: Course, only: tuple = (), everyone: bool = False) -
             record = kept.get(sid, {})
             made_from = record.get("digest") if record.get("files") == fingerprint(course, sid) else None
             if everyone or digest(sub) != (made_from or digest(sub, manual=False)):
-                out.append(Change(sid, sum(g.needs_manual_grade for nb in sub.notebooks for g in nb.grades)))
+                summary = summaries.get(sid, Summary())
+                out.append(Change(sid, sum(g.needs_manual_grade and g.name not in reviewed_cells(
+                    summary.reviews.get(nb.name), summary.content.get(nb.name, ""), nb.grades)
+                    for nb in sub.notebooks for g in nb.grades)))
     return out
 
 
@@ -171,11 +179,16 @@ def main(argv: list[str]) -> int:
     if args.cell and len(args.accept or ()) != 1:
         raise CourseError("--cell goes with exactly one --accept")
     with run_lock(course.lock_dir):
+        state = load_state(course.state_file, lambda line: print(line, file=sys.stderr))
         if args.accept and not args.dry_run:
-            state = load_state(course.state_file, lambda line: print(line, file=sys.stderr))
             for sid in args.accept:
                 print(accept(course, state, sid, tuple(args.cell or ())).line())
-        changes = changed_students(course, tuple(args.student or ()), args.all)
+        if not args.dry_run:  # extensions.csv and the due date as they are now (deadlines.py)
+            deadline = Deadline(penalty_plugin(course), read_extensions(course))
+            for line in apply_deadlines(course, deadline):
+                print(f"note: {line}", file=sys.stderr)
+        summaries = {sid: s.summary for sid, s in state.students.items()}
+        changes = changed_students(course, tuple(args.student or ()), args.all, summaries)
         unknown = sorted(set(args.student or ()) - {c.student for c in changed_students(course, everyone=True)})
         if unknown:
             raise CourseError(f"--student {', '.join(unknown)}: not in the gradebook of {course.root}")
@@ -188,7 +201,8 @@ def main(argv: list[str]) -> int:
         done, failed = regenerate(course, out, ready)
         state = load_state(course.state_file, lambda line: print(line, file=sys.stderr))
         write_reports(course, {sid: s.summary for sid, s in state.students.items()}, out, settings=settings)
-    print(f"feedback made again for {len(done)} student(s) whose grades changed: {', '.join(done) or 'nobody'}"
+    which = "" if args.all else " whose grades changed"
+    print(f"feedback made again for {len(done)} student(s){which}: {', '.join(done) or 'nobody'}"
           + (f"; still waiting for manual grading, left for later: {', '.join(waiting)}" if waiting else "")
           + f"; pages: {out / 'feedback'}; to students: nbgrader release_feedback {course.assignment}; "
           f"grades and LMS import files written again: {out}")

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course
+from .deadlines import due_text
 from .gradebook import open_gradebook
 from .messages import cap_hit
-from .result import Status, StudentResult, Summary
+from .result import WITHHELD_NOTE, Status, StudentResult, Summary
+from .reviews import reviewed_cells
 from .state import write_atomic
 
 
@@ -31,7 +33,8 @@ class Cell:
 
     score: float          # nbgrader's score: the manual score if any, else the automatic one, plus extra credit
     max_score: float
-    waiting: bool         # needs_manual_grade: nbgrader waits for a person (flagged, errored, never graded)
+    waiting: bool         # nbgrader's needs_manual_grade (flagged, errored, never graded, a manual score
+                          # after a regrade), unless a person's review of these same answers scored it
     by_hand: bool         # a person entered a manual score (formgrader)
 
     @property
@@ -53,9 +56,10 @@ def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str,
             first = msg.splitlines()[0][:240] if msg else "an error"
             reasons.append(f"{nb}/{cell}: your code raised {first}{cap_hit(first)}")
         for g in data.grades:
+            if g.withheld is not None:
+                continue  # flagged: the flag's own line says why; what the check said waits (withheld_reasons)
             if not g.passed:
-                msg = (g.message or "failed").splitlines()[0].lstrip("\u2718 ")[:240]
-                reasons.append(f"{nb}/{g.name} ({g.score:g}/{g.max_score:g}): {msg}")
+                reasons.append(cell_line(nb, g.name, g.score, g.max_score, g.message))
     missing = [nb for nb in notebooks if nb not in submitted]
     if missing and len(missing) < len(notebooks):
         reasons.append("not submitted: " + ", ".join(missing))
@@ -75,10 +79,19 @@ def summarize(result: StudentResult, notebooks: list[str], max_scores: dict[str,
         if cells:
             top = sum(g.max_score for g in result.notebooks[nb].grades if g.name in cells)
             reasons.append(f"{nb}: the automatic checks gave {sum(cells.values()):g} of {top:g} points, "
-                           "withheld until the instructor reviews the flag")
+                           f"{WITHHELD_NOTE}")
+    lost = {f"{nb}/{g.name}": cell_line(nb, g.name, g.withheld, g.max_score, g.withheld_message)
+            for nb, data in result.notebooks.items() for g in data.grades
+            if g.withheld is not None and g.withheld < (g.max_score or 0)}
     return Summary(status=status, reasons=reasons, files=files, name=name,
                    withheld={nb: cells for nb, cells in withheld.items() if cells},
-                   submitted=[nb for nb in notebooks if nb in submitted])
+                   submitted=[nb for nb in notebooks if nb in submitted], withheld_reasons=lost)
+
+
+def cell_line(nb: str, cell: str, score: float, max_score: float, message: str) -> str:
+    """The reason line of a check that lost points: what it gave and what it said."""
+    msg = (message or "failed").splitlines()[0].lstrip("\u2718 ")[:240]
+    return f"{nb}/{cell} ({score:g}/{max_score:g}): {msg}"
 
 
 def roster_name(student) -> str:
@@ -91,25 +104,31 @@ def student_row(sub, summary: Summary, notebooks: list[str]) -> dict:
     The name is the roster's (formgrader, `nbgrader db student`), else the LMS's display name."""
     row = {"student": sub.student.id, "name": roster_name(sub.student) or summary.name,
            "first_name": sub.student.first_name or "", "last_name": sub.student.last_name or "",
-           "timestamp": sub.timestamp.isoformat(sep=" ") if sub.timestamp else "",
+           "timestamp": sub.timestamp.isoformat(sep=" ") if sub.timestamp else "", "due": due_text(sub),
            "late_penalty": round(sub.late_submission_penalty or 0.0, 3), "late": sub.total_seconds_late > 0,
            "cells": {}, "penalties": {}, "notebook_max": {}}
     for nb in sub.notebooks:
         row[nb.name] = round(nb.score, 3)
         row["penalties"][nb.name] = nb.late_submission_penalty or 0.0
         row["notebook_max"][nb.name] = nb.max_score
+        reviewed = reviewed_cells(summary.reviews.get(nb.name), summary.content.get(nb.name, ""), nb.grades)
         for g in nb.grades:
             row[f"{nb.name}:{g.name}"] = round(g.score, 3)
-            row["cells"][f"{nb.name}:{g.name}"] = Cell(g.score, g.max_score, bool(g.needs_manual_grade),
+            row["cells"][f"{nb.name}:{g.name}"] = Cell(g.score, g.max_score,
+                                                       bool(g.needs_manual_grade) and g.name not in reviewed,
                                                        g.manual_score is not None)
     points = sum(row.get(nb, 0.0) for nb in notebooks)
     full = all(row.get(nb, 0.0) >= row["notebook_max"].get(nb, 0.0) for nb in summary.submitted or notebooks)
     reasons = list(summary.reasons)
     if row["late_penalty"]:
-        reasons.insert(0, f"late submission penalty {row['late_penalty']:g} (nbgrader)")
+        reasons.insert(0, f"late submission penalty {row['late_penalty']:g} (nbgrader; due {row['due']})")
+    status = summary.status or Status.OK.value
+    if status == Status.OK.value and (not full or row["late_penalty"]):
+        status = Status.PARTIAL.value  # points lost since (a person's score, or the late penalty)
+    if status in (Status.OK.value, Status.PARTIAL.value) and any(c.waiting for c in row["cells"].values()):
+        status = Status.PENDING.value  # a person's score of earlier answers no longer counts, or never came
     row.update(total=round(points - row["late_penalty"], 3), max=round(sub.max_score, 3),
-               status=summary.status or (Status.OK.value if full else Status.PARTIAL.value),
-               reason=" | ".join(reasons), files=summary.files)
+               status=status, reason=" | ".join(reasons), files=summary.files)
     return row
 
 
@@ -148,7 +167,7 @@ def write_reports(course: Course, summaries: dict[str, Summary], out: Path, canv
 
     rows, checks = class_rows(course, summaries)
     fields = ["student", "name", *course.notebooks, "late_penalty", "total", "max", "status", "reason",
-              "timestamp", "files", *checks]
+              "timestamp", "due", "files", *checks]
     write_atomic(out / "grades.csv", csv_text(fields, rows))
     settings = export_settings(course, settings, canvas_column)
     for line in write_exports(course, rows, out, settings):

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 
 FLAG_REASON = "flagged for manual grading"  # how a flagged student's first reason begins
+WITHHELD_NOTE = "withheld until the instructor reviews the flag"  # the reason line of a flagged notebook's points
 
 
 class Status(StrEnum):
@@ -21,7 +22,12 @@ class Status(StrEnum):
     FLAGGED = "flagged"    # the scan found code outside the policy: the instructor grades it
     ERROR = "error"        # nbgrader or the grading process could not finish it
     TIMEOUT = "timeout"    # past the whole-submission time limit
-    INVALID = "invalid"    # nothing submitted could be read as a notebook
+    INVALID = "invalid"    # a submitted file could not be read as a notebook (the others were graded)
+    PENDING = "pending"    # graded; cells wait for the instructor (a review of earlier answers no longer counts)
+
+
+# The statuses of a student who needs the instructor (cli.py's exit code NEEDS_YOU, the run's last line)
+NEEDS_YOU = (Status.FLAGGED, Status.ERROR, Status.TIMEOUT, Status.INVALID, Status.PENDING)
 
 
 @dataclass
@@ -34,6 +40,7 @@ class CellGrade:
     message: str = ""      # the learner message the cell's check printed or raised
     error: bool = False    # the cell raised
     withheld: float | None = None  # a flagged cell: the automatic score, kept for the instructor (accept.py)
+    withheld_message: str = ""     # a flagged cell: the message its check gave, shown once it is accepted
 
     @property
     def score(self) -> float:
@@ -109,10 +116,24 @@ class StudentResult:
         for name, found in flags.items():
             for g in self.notebooks.get(name, NotebookResult()).grades:
                 g.withheld, g.auto_score, g.needs_manual_grade = g.auto_score, 0.0, True
+                g.withheld_message = g.message
                 g.message = "flagged for the instructor (manual grading): " + found[0].reason
         self.status = Status.FLAGGED
         listed = "; ".join(str(f) for found in flags.values() for f in found[:5])
         self.reasons.insert(0, f"{FLAG_REASON}, no automatic points: " + listed)
+
+    def accept(self, nb: str, cells: set, note: str) -> None:
+        """The instructor accepted the automatic result of these flagged cells of
+        `nb` for these very answers (reviews.py): each gets back the score and
+        message its check gave; once no cell is flagged, neither is the student."""
+        for g in self.notebooks.get(nb, NotebookResult()).grades:
+            if g.name in cells and g.withheld is not None:
+                g.auto_score, g.needs_manual_grade = g.withheld, False
+                g.message, g.withheld, g.withheld_message = g.withheld_message, None, ""
+        if self.status == Status.FLAGGED and not any(g.withheld is not None for data in self.notebooks.values()
+                                                     for g in data.grades):
+            self.status = None
+            self.reasons = [note, *(r for r in self.reasons if not r.startswith(FLAG_REASON))]
 
 
 @dataclass
@@ -125,6 +146,10 @@ class Summary:
     name: str = ""
     withheld: dict[str, dict[str, float]] = field(default_factory=dict)  # flagged: notebook -> cell -> score
     submitted: list[str] = field(default_factory=list)  # the notebooks the student handed in
+    # flagged: notebook/cell -> the reason line its check gave (lost points), shown once it is accepted
+    withheld_reasons: dict[str, str] = field(default_factory=dict)
+    content: dict[str, str] = field(default_factory=dict)  # notebook -> digest of the answers graded (reviews.py)
+    reviews: dict[str, dict] = field(default_factory=dict)  # notebook -> the review of a person (reviews.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -132,11 +157,13 @@ class Summary:
     def unflagged(self, reasons: list[str], note: str = "") -> Summary:
         """This summary once no cell waits for the instructor any more: no flagged
         status (ok or partial then follow from the gradebook's scores), `reasons`
-        without the flag's own line, `note` first."""
-        kept = [r for r in reasons if not r.startswith(FLAG_REASON)]
-        return replace(self, status="", reasons=[note, *kept] if note else kept)
+        without the flag's own lines (the flag, what was withheld), `note` first,
+        then what the accepted checks said of lost points."""
+        kept = [r for r in reasons if not r.startswith(FLAG_REASON) and WITHHELD_NOTE not in r]
+        kept += [line for line in self.withheld_reasons.values() if line not in kept]
+        return replace(self, status="", reasons=[note, *kept] if note else kept, withheld={}, withheld_reasons={})
 
     @classmethod
     def from_dict(cls, data: dict) -> Summary:
-        return cls(**{k: data[k] for k in ("status", "reasons", "files", "name", "withheld", "submitted")
-                   if k in data})
+        return cls(**{k: data[k] for k in ("status", "reasons", "files", "name", "withheld", "submitted",
+                                           "withheld_reasons", "content", "reviews") if k in data})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import json
 import shutil
 import sys
@@ -21,20 +22,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import Course, CourseError, read_notebook
+from ..course import Course, CourseError
 from .audit_log import trusted_cells
-from .collect import collect, stage
-from .gradebook import assignment_facts, merge_result
+from .collect import collect, notebook_problem, stage
+from .deadlines import penalty_plugin, read_extensions
+from .gradebook import Answers, Deadline, apply_deadlines, assignment_facts, merge_result
 from .pool import LocalPool
 from .prepare import digest_files, prepare
 from .progress import NoProgress, progress_bar
 from .report import row_of, summarize, write_reports
-from .result import Status, StudentResult
+from .result import NEEDS_YOU, Status, StudentResult
+from .reviews import answer_digest
 from .scan import ALLOWED_MODULES
 from .settings import GradingSettings
 from .state import StudentState, run_lock, save_state, write_atomic
 from .student_page import write_page
 from .worker import WorkerJob, make_kernelspec
+
+# Exit codes of `./course grade` (docs/instructor-guide.md, "Exit codes"); argparse's usage errors are 2.
+EXIT_ALL_GRADED = 0  # every student graded, and nobody needs you
+EXIT_FAILED = 1      # the run failed: one `course: error:` line says why (donation_course.cli.fail)
+EXIT_NEEDS_YOU = 3   # graded; some students need you (flagged, pending, invalid, error, timeout, files not
+                     # graded): the last line names them, grades.csv's status and reason columns say why
 
 # Where the kernels' ipc sockets live (in the run's scratch folder): a unix
 # socket's path has at most 107 bytes, and a user's TMPDIR may be deeper.
@@ -80,6 +89,8 @@ class Run:
         self.out = settings.output_folder(course)
         self.state_path = course.state_file
         self.start = time.monotonic()
+        self.extensions = None  # extensions.csv (deadlines.py), read with the input
+        self.merged: list[str] = []  # the students whose result is in the gradebook, in order
         self.phases: dict[str, float] = {}  # seconds per step of the run: logs/timings.json
 
     @contextlib.contextmanager
@@ -90,10 +101,15 @@ class Run:
         finally:
             self.phases[phase] = round(self.phases.get(phase, 0.0) + time.monotonic() - start, 3)
 
+    def setup_seconds(self) -> float:
+        """The steps before the first submission was handed to a worker (the course prepared, the input
+        read and staged, the workers started)."""
+        return sum(v for k, v in self.phases.items() if k not in ("grading", "reports"))
+
     def write_timings(self) -> None:
         """How long each step took, setup (everything before the first submission is
         handed to a worker) apart: logs/timings.json, read by benchmarks/bench_grading.py."""
-        setup = sum(v for k, v in self.phases.items() if k not in ("grading", "reports"))
+        setup = self.setup_seconds()
         write_atomic(self.out / "logs" / "timings.json",
                      json.dumps({**self.phases, "setup": round(setup, 3), "students": len(self.gradable)}, indent=1))
 
@@ -108,10 +124,12 @@ class Run:
             say(f"note: {line}")
         for line in self.found.problems:
             say(f"problem: {line}")
+        self.extensions = read_extensions(self.course)  # a malformed row stops the run here, too
 
     def prepare(self) -> None:
         self.state = prepare(self.course, self.out, say, compile_cache=self.settings.compile_cache)
         self.facts = assignment_facts(self.course)
+        self.deadline = Deadline(penalty_plugin(self.course), self.extensions)
 
     def plan(self) -> None:
         """Which students to grade, their nbgrader timestamps, their invalid notebooks."""
@@ -131,10 +149,9 @@ class Run:
             ts = self.timestamps[sid].isoformat() if self.timestamps[sid] else ""
             self.hashes[sid] = f"{digest_files([f.path for f in files.values()])}:{ts}:{self.state.source}"
             for nb, f in list(files.items()):
-                try:
-                    read_notebook(f.path)
-                except CourseError as exc:
-                    self.invalid.setdefault(sid, []).append(f"{f.rel}: {str(exc).split(': ', 1)[-1]}")
+                why = notebook_problem(f.path)  # one line, whatever the file holds
+                if why:
+                    self.invalid.setdefault(sid, []).append(f"{f.rel}: {why}; not graded")
                     del files[nb]
         unchanged = {sid for sid in students if self.request.only_changed and sid in self.facts.submitted
                      and self.state.students.get(sid, StudentState()).hash == self.hashes[sid]}
@@ -151,6 +168,12 @@ class Run:
         self.gradable = [sid for sid in self.todo
                          if any((submitted / sid / self.course.assignment).glob("*.ipynb"))]
 
+    def deadlines(self) -> None:
+        """Extensions and late penalties of the students not graded now, from the due date as it is now
+        (the students graded now get theirs as their results land: merge)."""
+        for line in apply_deadlines(self.course, self.deadline, skip=frozenset(self.todo)):
+            say(f"note: {line}")
+
     def backup(self) -> None:
         db = self.course.gradebook
         self.backup_path = db.with_name(f"gradebook.db.bak-{dt.datetime.now():%Y%m%d-%H%M%S}")
@@ -164,13 +187,18 @@ class Run:
         if result.log:
             write_atomic(self.out / "logs" / "students" / f"{sid}.log", result.log)  # the instructor's only
         extra = self.invalid.get(sid, []) + self.found.student_problems.get(sid, []) + self.repaired.get(sid, [])
-        if sid in self.invalid and result.status is None:
-            result.status = Status.ERROR  # nbgrader graded what was left; a submitted file could not be read
+        if sid in self.invalid and result.status in (None, Status.ERROR):
+            result.status = Status.INVALID  # nbgrader graded what was left; a submitted file could not be read
         if extra:
             result.reasons.insert(0, "; ".join(extra))
         name = self.found.names.get(sid, "")
-        merge_result(self.course, result, name=name)
         assignment = self.course.root / "submitted" / sid / self.course.assignment
+        before = self.state.students.get(sid, StudentState()).summary
+        answers = Answers(now={nb: answer_digest(assignment / f"{nb}.ipynb") for nb in result.notebooks
+                               if (assignment / f"{nb}.ipynb").is_file()},
+                          graded=dict(before.content), reviews=dict(before.reviews))
+        result.reasons.extend(merge_result(self.course, result, name=name, deadline=self.deadline, answers=answers))
+        self.merged.append(sid)
         submitted = set(self.found.students.get(sid, {})) | {
             nb for nb in self.course.notebooks if (assignment / f"{nb}.ipynb").exists()}
         files = " ".join(f.rel for f in self.found.students.get(sid, {}).values())
@@ -178,6 +206,7 @@ class Run:
                             name=name, sandbox=self.settings.sandbox, audit=self.settings.audit)
         if (sid in self.invalid or sid in self.found.student_problems) and summary.status == Status.OK.value:
             summary.status = Status.PARTIAL.value
+        summary.content, summary.reviews = answers.graded, answers.reviews
         self.state.students[sid] = StudentState(hash=self.hashes.get(sid, ""), summary=summary)
         save_state(self.state_path, self.state)
         self.write_page(result, row_of(self.course, sid, summary))
@@ -189,7 +218,9 @@ class Run:
     def grade(self) -> None:
         for sid in self.todo:
             if sid not in self.gradable:  # nothing valid to grade
-                self.on_result(StudentResult.invalid(sid))
+                result = StudentResult.invalid(sid)
+                result.timestamp = self.timestamps[sid].isoformat() if self.timestamps.get(sid) else None
+                self.on_result(result)
         if not self.gradable:
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
@@ -265,7 +296,34 @@ def require_sandbox(settings: GradingSettings) -> None:
             raise CourseError(problem)
 
 
+def process_seconds() -> float:
+    """Seconds since this process started: `./course grade` execs the grader in place, so this is the
+    whole wall time the instructor waited, set-up (the environment check, imports) included."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # noqa: BLE001  no psutil, no /proc: from the import of this module
+        return time.monotonic() - STARTED
+
+
+STARTED = time.monotonic()
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The OSError of a full disk (or quota) behind `exc`, sqlite's 'database or disk is full' included."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+        return exc
+    if type(exc).__name__ == "OperationalError" and "disk is full" in str(exc):
+        return OSError(errno.ENOSPC, "database or disk is full", "gradebook.db")
+    return None
+
+
 def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
+    """Grade the class; the exit code: EXIT_ALL_GRADED, or EXIT_NEEDS_YOU when students (or
+    files) wait for the instructor. A failed run raises CourseError (EXIT_FAILED), a full disk too, once
+    what was graded is saved."""
     if settings.scheduler:  # each worker's own sandbox is checked when it is admitted (cluster.py)
         from .cluster import require_scheduler
 
@@ -273,31 +331,57 @@ def grade_class(course: Course, settings: GradingSettings, request: GradeRequest
     else:
         require_sandbox(settings)
     run = Run(course, settings, request)
+    full: OSError | None = None
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work, contextlib.ExitStack() as locked:
         with run.timed("collect"):
             run.collect(Path(work))  # bad input stops here, before anything in the course is written
         locked.enter_context(run_lock(course.lock_dir, say))
-        for step in (run.prepare, run.plan, run.stage, run.backup):
+        for step in (run.prepare, run.plan, run.stage, run.backup, run.deadlines):
             with run.timed(step.__name__):
                 step()
         run.out.mkdir(parents=True, exist_ok=True)
         try:
             run.grade()
+        except Exception as exc:
+            full = disk_full(exc)
+            if full is None:
+                raise
         finally:
-            with run.timed("reports"):
-                rows = run.write_reports()
-                save_state(run.state_path, run.state)
-            run.write_timings()
-    elapsed = time.monotonic() - run.start
-    print(f"graded {len(run.gradable)} submission(s) in {elapsed:.1f}s "
+            try:
+                with run.timed("reports"):
+                    rows = run.write_reports()
+                    save_state(run.state_path, run.state)
+                run.write_timings()
+            except Exception as exc:
+                if disk_full(exc) is None:
+                    raise
+                full = full or disk_full(exc)
+    if full is not None:
+        where = Path(full.filename) if full.filename else run.out
+        folder = (course.root if full.filename == "gradebook.db" else
+                  run.out if where == run.out or run.out in where.parents else where.parent)
+        raise CourseError(
+            f"no space left in {folder} ({full.strerror}); the run stopped: {len(run.merged)} student(s) graded and "
+            f"saved in the gradebook {course.gradebook}, {len(run.gradable) - len(run.merged)} not graded; free "
+            "some space there, then run the same command again with --only-changed to grade the rest")
+    print(f"grades: {run.out / 'grades.csv'} (LMS import files and class report beside it); feedback: "
+          f"{run.out / 'feedback'}; gradebook: {course.gradebook} (backup {run.backup_path.name})")
+    waiting = {row["student"]: row["status"] for row in rows if row["status"] in NEEDS_YOU}
+    for sid in run.found.student_problems:
+        waiting.setdefault(sid, "files not graded")
+    loose = len(run.found.problems) - sum(len(v) for v in run.found.student_problems.values())
+    kinds: dict[str, list[str]] = {}
+    for sid, status in sorted(waiting.items()):
+        kinds.setdefault(status, []).append(sid)
+    who = "; ".join(f"{status}: {', '.join(sids[:5])}{' ...' if len(sids) > 5 else ''}"
+                    for status, sids in sorted(kinds.items()))
+    print(f"graded {len(run.gradable)} submission(s) in {process_seconds():.1f}s in all "
+          f"(set-up {run.setup_seconds():.1f}s) "
           + (f"on the cluster at {settings.scheduler}" if settings.scheduler else
              f"with {settings.worker_count()} worker(s)")
           + (f", {len(run.skipped)} unchanged skipped" if run.skipped else "")
-          + f"; {len(rows)} student(s) in grades: {run.out / 'grades.csv'} (Canvas import: "
-          f"{run.out / 'canvas-import.csv'}); feedback: {run.out / 'feedback'}; gradebook: {course.gradebook} "
-          f"(backup {run.backup_path.name})")
-    if run.found.problems:
-        say(f"course: error: {len(run.found.problems)} file(s) could not be graded as given (see 'problem:' "
-            "lines above); everything else was graded")
-        return 1
-    return 0
+          + f"; {len(waiting)} of {len(rows)} student(s) need you" + (f" ({who})" if who else "")
+          + (f"; {loose} file(s) named no student we could grade (the 'problem:' lines above)" if loose > 0 else "")
+          + ("; see the status and reason columns of grades.csv" if waiting else ""), flush=True)
+    return EXIT_NEEDS_YOU if waiting or loose > 0 else EXIT_ALL_GRADED

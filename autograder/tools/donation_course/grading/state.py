@@ -48,17 +48,22 @@ class State:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write a file so that a reader (or a crash) sees the old or the new content, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None:  # a write or fsync: say which file (a full disk names its folder)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):
+            if tmp.exists():
+                tmp.unlink()
 
 
 def load_state(path: Path, say: Callable[[str], None]) -> State:
