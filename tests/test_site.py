@@ -87,6 +87,18 @@ def test_the_learners_own_code_is_not_forbidden(tmp_path):
     assert leaks.search_site(tmp_path, forbidden()) == []
 
 
+def test_an_answer_line_the_exercise_gives_is_allowed_and_one_a_hint_gives_is_not(tmp_path):
+    given, hinted = "y_in = jnp.array([1.0, 2.0])", "y_out = scale_twice(y_in)"
+    solution = f"### BEGIN SOLUTION\n{given}\n{hinted}\n### END SOLUTION"
+    statement = (f"Store `scale_twice(y_in)` in `y_out`, with `{given}`.\n\n"
+                 f"<details><summary>Hint 2</summary>\n\nWrite `{hinted}`.\n\n</details>")
+    source, learner = tmp_path / "source.ipynb", tmp_path / "learner.ipynb"
+    nbformat.write(new_notebook(cells=[new_markdown_cell(statement), new_code_cell(solution)]), source)
+    nbformat.write(new_notebook(cells=[new_markdown_cell(statement), new_code_cell("# YOUR CODE HERE")]), learner)
+    texts = {f.text for f in leaks.forbidden_texts([source], [learner])}
+    assert hinted in texts and given not in texts
+
+
 @pytest.mark.parametrize("kind", ["solution line", "hidden test line", "delimiter", "hint giving an answer"])
 def test_a_planted_answer_is_found(tmp_path, kind):
     line = {"solution line": solution_lines()[0].text,
@@ -208,6 +220,17 @@ def test_doc_links_stay_on_the_site_or_go_to_the_repository():
         "[e](https://nbgrader.readthedocs.io) [f](#here)")
 
 
+def test_a_link_to_a_missing_page_or_heading_is_a_problem(tmp_path):
+    (tmp_path / "a.html").write_text("<h1 id='top'>A</h1>")
+    served = "http://127.0.0.1:1/"
+    ids = {"a.html": {"top"}}
+    good = {("x.html", served + "a.html#top"), ("x.html", served + "a.html")}
+    assert link_problems(tmp_path, served, good, ids) == []
+    bad = {("x.html", served + "b.html"), ("x.html", served + "a.html#gone")}
+    assert link_problems(tmp_path, served, bad, ids) == [
+        f"x.html: link to {served}a.html#gone: no #gone there", f"x.html: link to {served}b.html goes nowhere"]
+
+
 def test_the_site_binder_links_name_the_readmes_repository():
     readme = (ROOT / "README.md").read_text()
     assert f"https://mybinder.org/v2/gh/{build.REPOSITORY}/{build.BRANCH}?urlpath=lab/tree/" in readme
@@ -232,7 +255,9 @@ def site(tmp_path_factory):
 
 
 def pages_of(site: Path) -> list[Path]:
-    return sorted(p for p in site.rglob("*.html") if p.name not in ("search.html", "genindex.html"))
+    """The site's pages (not the theme's own template leftovers in _static/)."""
+    return sorted(p for p in site.rglob("*.html") if p.name not in ("search.html", "genindex.html")
+                  and p.relative_to(site).parts[0] != "_static")
 
 
 @pytest.mark.slow
@@ -259,10 +284,14 @@ def test_lesson_pages_show_nothing_of_the_build_machine(site):
         assert "/tmp/" not in text and str(Path.home()) + "/" not in text, page.name
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture(scope="module")
 def served(site):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(QuietHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -281,7 +310,7 @@ def test_every_page_renders_with_navigation_figures_and_working_links(site, serv
     lessons = [p for p in pages if p.startswith("lessons/")]
     instructors = [p for p in pages if p.startswith("instructors/")]
     assert len(lessons) == len(LEARNER) and len(instructors) == len(build.INSTRUCTOR_DOCS)
-    outside, problems, ids = [], [], {}
+    outside, problems, ids, figures = [], [], {}, 0
     links = set()  # (from page, absolute URL) of every link inside the site
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
@@ -305,25 +334,36 @@ def test_every_page_renders_with_navigation_figures_and_working_links(site, serv
                     links.add((path, href))
             if path in lessons:
                 problems += lesson_problems(page, path)
-        for source, href in sorted(links):
-            target = urlparse(href)
-            file = target.path.removeprefix(urlparse(served).path)
-            file = file + "index.html" if file.endswith("/") or not file else file
-            if not (site / file).is_file():
-                problems.append(f"{source}: link to {href} goes nowhere")
-            elif target.fragment and file in ids and target.fragment not in ids[file]:
-                problems.append(f"{source}: link to {href}: no #{target.fragment} there")
+                figures += page.locator("main img").count()
+        problems += link_problems(site, served, links, ids)
         screenshots(page, served, lessons)
         browser.close()
     assert not outside, f"pages asked for something outside the site (a CDN?): {sorted(set(outside))[:5]}"
     assert not problems, "\n".join(problems)
     assert len(links) > len(pages), "the pages link to each other"
+    assert figures, "no lesson page has a figure"
+
+
+def link_problems(site: Path, served: str, links, ids: dict) -> list[str]:
+    """Each internal link (page, absolute URL) whose file is not in the site, or whose #fragment is no id on
+    that page (`ids`: each page's ids, as the browser found them)."""
+    problems = []
+    for source, href in sorted(links):
+        target = urlparse(href)
+        file = target.path.removeprefix(urlparse(served).path)
+        file = file + "index.html" if file.endswith("/") or not file else file
+        if not (site / file).is_file():
+            problems.append(f"{source}: link to {href} goes nowhere")
+        elif target.fragment and target.fragment not in ids.get(file, set()):
+            problems.append(f"{source}: link to {href}: no #{target.fragment} there")
+    return problems
 
 
 def lesson_problems(page, path) -> list[str]:
     problems = []
-    if not page.locator("img").count():
-        problems.append(f"{path}: no figure")
+    for widget in page.locator(".widget-static").all():  # the memory explorer: its measured chart below it
+        if not widget.locator("xpath=ancestor::div[contains(@class, 'cell_output')]//img").count():
+            problems.append(f"{path}: a widget's static picture has no chart")
     for hint in page.locator("details").all():
         if hint.get_attribute("open") is not None or hint.locator("p").first.is_visible():
             problems.append(f"{path}: a hint is open: {hint.locator('summary').inner_text()!r}")
@@ -356,8 +396,8 @@ def screenshots(page, served, lessons):
     shots["site-memory-explorer.png"] = (first, ".widget-static")
     for name, (path, where) in shots.items():
         page.goto(urljoin(served, path))
-        if where and where.startswith("#"):
-            page.goto(urljoin(served, path) + where)
+        if where and where.startswith("#"):  # scrolled to, not targeted (a target is highlighted)
+            page.evaluate(f"document.getElementById({where[1:]!r}).scrollIntoView()")
         dest = ARTIFACTS / name
         if where and not where.startswith("#"):
             cell = page.locator(where).first.locator("xpath=ancestor::div[contains(@class, 'cell_output')]")

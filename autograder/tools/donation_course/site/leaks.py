@@ -5,12 +5,13 @@ Forbidden:
 
 - every line of every solution (between nbgrader's solution delimiters in
   the source notebooks) and of every hidden test (between its hidden-test
-  delimiters) that the learner's copy does not already show in its code.
-  Code the learner sees anyway (an `import`, a `def` line outside the
-  solution region, a check's hint string) reveals nothing; the learner's
-  markdown does not count as seen, so a hint that gives an answer line is
-  found. A line under MIN_LINE characters
-  (`try:`, `return None`) is too common to mean an answer;
+  delimiters) that the learner's copy does not already show. What the copy
+  shows anyway reveals nothing: its code (an `import`, a `def` line outside
+  the solution region, a check's hint string) and its text outside hints
+  (an exercise that gives its input). Hints (`<details>` blocks) do not
+  count as shown, so a hint that gives an answer line is found. A line
+  under MIN_LINE characters (`try:`, `return None`) is too common to mean an
+  answer;
 - each whole solution or hidden-test block, as one text;
 - nbgrader's delimiters themselves (the ones nbgrader's preprocessors and
   the course's configuration use).
@@ -81,16 +82,20 @@ def delimited_blocks(source: str, begin: str, end: str) -> list[str]:
     return blocks
 
 
-def learner_code(learner_notebooks) -> str:
-    """The code cells of the learner's copies, each normalised, separated by a character no text holds."""
-    return "\0".join(normalise(cell.source) for path in learner_notebooks
-                      for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")
+HINT = re.compile(r"<details\b.*?</details>", re.S | re.I)
+
+
+def learner_visible(learner_notebooks) -> str:
+    """What the learner's copies show outside their hints: each cell normalised, separated by a character
+    no text holds."""
+    return "\0".join(normalise(cell.source if cell.cell_type == "code" else HINT.sub("\0", cell.source))
+                      for path in learner_notebooks for cell in nbformat.read(path, as_version=4).cells)
 
 
 def forbidden_texts(source_notebooks, learner_notebooks) -> list[Forbidden]:
     """What no page may hold: see the module's docstring."""
     marks = delimiters()
-    visible = learner_code(learner_notebooks)
+    visible = learner_visible(learner_notebooks)
     found = {}
     for kind, (begin, end) in marks.items():
         for mark in (begin, end):
