@@ -36,7 +36,7 @@ pytest_plugins = ("browser_driver",)  # its fixtures: browser, page
 @dataclass(frozen=True)
 class WrongAnswer:
     lesson: str       # notebook file name
-    answer: str       # a line of the answer cell as the learner saved it (the solution's)
+    answer: str       # a line of the answer cell as the learner saved it (the solution's, or a practice's placeholder)
     wrong: str        # what the learner types into the answer cell instead
     check: str        # a line of the exercise's check cell
     says: tuple       # words the check's message must contain
@@ -47,21 +47,24 @@ class WrongAnswer:
 
 
 CASES = [
-    # 1.2: an int that is not the answer was told "the number is an int, not a float".
-    WrongAnswer("01_why_donate.ipynb", "alias_bytes = donating_step", "alias_bytes = 8000\n",
-                'checks.require("alias_bytes")', ("alias_bytes",), ("not a float",)),
+    # 1.2 (now lesson 1's practice, its answer cell a placeholder): an int that is not the answer was
+    # told "the number is an int, not a float".
+    WrongAnswer("01_why_donate.ipynb", "alias_bytes = None", "alias_bytes = 8000\n",
+                'checks.expect_equal("alias_bytes", alias_bytes', ("alias_bytes",), ("not a float",)),
     # 2.1: donating delta as well printed JAX's UserWarning with a site-packages path above the check.
     WrongAnswer("02_the_contract.ipynb", 'apply_delta = jax.jit(add, donate_argnames="state")',
                 "apply_delta = jax.jit(add, donate_argnums=(0, 1))\n",
                 'checks.require("apply_delta")', ("delta",), ("UserWarning:",)),
-    # 2.2: the method itself, not its result, was shown as "<nanobind.nb_bound_method ...>".
-    WrongAnswer("02_the_contract.ipynb", "old_is_gone = old.is_deleted()",
+    # 2.2 (now lesson 2's practice): the method itself, not its result, was shown as
+    # "<nanobind.nb_bound_method ...>".
+    WrongAnswer("02_the_contract.ipynb", "old_is_gone = None",
                 "old_shape = old.shape\nold_is_gone = old.is_deleted\n",
-                'checks.require("old_shape", "old_is_gone")', ("is_deleted()",), ("nb_bound_method",)),
-    # 3.1: donating params and grads too printed JAX's UserWarning above the check.
-    WrongAnswer("03_pitfalls.ipynb", 'momentum_step = jax.jit(momentum, donate_argnames="velocity")',
+                'checks.expect_equal("old_shape", old_shape', ("is_deleted()",), ("nb_bound_method",)),
+    # 3.1 (now lesson 3's momentum practice): donating params and grads too printed JAX's UserWarning
+    # above the check.
+    WrongAnswer("03_pitfalls.ipynb", "momentum_step = None",
                 "momentum_step = jax.jit(momentum, donate_argnums=(0, 1, 2))\n",
-                'checks.require("momentum_step")', ("params",), ("UserWarning:",)),
+                'checks.expect_kept("momentum_step", momentum_step', ("params",), ("UserWarning:",)),
     # 4.1: NumPy's habit, arithmetic on whole dicts, gave a raw 20-line TypeError.
     WrongAnswer("04_pytrees.ipynb", "return jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)",
                 '@functools.partial(jax.jit, donate_argnames="params")\n'

@@ -269,8 +269,9 @@ def test_the_hidden_checks_loaded_at_kernel_start_leave_the_device_count_to_the_
 # ---- issue #28: the wrong answers learners type, each with its message (one paragraph, no traceback) ----
 
 def test_a_wrong_number_of_the_right_type_is_not_told_its_type_and_a_float_is(capsys):
-    """Exercise 1.2 (alias_bytes, an int): an int that is wrong is only wrong; a
-    float is told it is a float; a NumPy int of the right value is right."""
+    """Lesson 1's practice (alias_bytes, an int): an int that is wrong is only
+    wrong; a float is told it is a float; a NumPy int of the right value is
+    right; the placeholder None, left as it is, is told to be replaced."""
     with pytest.raises(checks.CheckFailed) as info:
         checks.expect_equal("alias_bytes", 3999, 4000, reveal=False)
     assert str(info.value) == ("alias_bytes: 3999 is not right yet (the answer is not shown, so you can try "
@@ -285,14 +286,20 @@ def test_a_wrong_number_of_the_right_type_is_not_told_its_type_and_a_float_is(ca
         checks.expect_equal("alias_bytes", True, 1, reveal=False)
     import numpy as np
 
+    for reveal in (False, True):
+        with pytest.raises(checks.CheckFailed) as info:
+            checks.expect_equal("alias_bytes", None, 4000, reveal=reveal, hint="h")
+        assert str(info.value) == ("alias_bytes is still None: replace None with your answer, run that cell, then "
+                                   "run this check again.\nHint: h")
     checks.expect_equal("alias_bytes", 4000, 4000, reveal=False)
     checks.expect_equal("alias_bytes", np.int64(4000), 4000, reveal=False)  # np.prod(shape) * 4 is right too
     checks.expect_equal("old_is_gone", np.bool_(True), True, reveal=False)
-    assert capsys.readouterr().out.count("\u2714 ") == 3
+    checks.expect_equal("result", None, None)  # None is told to be replaced only where the answer is not None
+    assert capsys.readouterr().out.count("\u2714 ") == 4
 
 
 def test_a_method_passed_without_calling_it_is_told_to_call_it(capsys):
-    """Exercise 2.2: `old_is_gone = old.is_deleted` (no brackets) gave
+    """Lesson 2's practice: `old_is_gone = old.is_deleted` (no brackets) gave
     '<nanobind.nb_bound_method ...> is not right yet'."""
     old = jnp.ones(2)
     with pytest.raises(checks.CheckFailed) as info:
@@ -353,11 +360,12 @@ def test_an_exception_in_the_learners_function_is_one_paragraph_naming_its_type_
         checks.expect_kept("apply_delta", 3, args, ("state", "delta"), ["delta"])
     good = jax.jit(lambda p, g: p - g, donate_argnums=0)
     checks.expect_in_place("step", good, args)
-    assert capsys.readouterr().out.startswith("\u2714 step puts its result in the buffer of argument 0")
+    assert capsys.readouterr().out == ("\u2714 step puts its result in the buffer of argument 0, so the donation was "
+                                       "used (public check only).\n")
 
 
 def test_warnings_while_a_check_lowers_or_calls_the_function_stay_inside_the_check(capsys):
-    """Exercises 2.1 and 3.1: JAX's 'not usable' warning, given while a check
+    """Exercise 2.1 and lesson 3's momentum practice: JAX's 'not usable' warning, given while a check
     lowers the learner's function, printed above the check with a
     site-packages path. Now the check quotes its first line in its message."""
     names, args = ("velocity", "params", "grads"), (jnp.zeros(3), jnp.ones(3), jnp.ones(3))
@@ -389,7 +397,7 @@ def test_warnings_while_a_check_lowers_or_calls_the_function_stay_inside_the_che
 
 
 def test_what_a_check_cell_shows_in_a_real_kernel_has_no_warning_log_line_or_traceback():
-    """In a notebook: a wrong answer to 3.1 (its warning at lowering) and a
+    """In a notebook: a wrong answer to the momentum practice (its warning at lowering) and a
     function that raises each give the check's message alone: no stderr output,
     no traceback. And what the checks run in `_captured` keeps XLA's log lines
     off the cell: tied leaves given to a donating step make XLA log an error
@@ -420,3 +428,18 @@ def test_what_a_check_cell_shows_in_a_real_kernel_has_no_warning_log_line_or_tra
         assert error.ename == "CheckFailed" and len(error.traceback) == 1, error.traceback
         assert error.traceback[0].startswith(start), error.traceback
         assert "site-packages" not in error.traceback[0] and "Traceback" not in error.traceback[0]
+
+
+def test_expect_true_passes_with_its_own_sentence_and_fails_with_its_message(capsys):
+    """A ✔ line is a sentence with a verb: expect_true prints `passing` when given
+    ("delta is still alive after apply_delta", not "delta after apply_delta")."""
+    checks.expect_true("delta after apply_delta", True, "delta was deleted", passing="delta is still alive after "
+                                                                                    "apply_delta")
+    assert capsys.readouterr().out == "\u2714 delta is still alive after apply_delta (public check only).\n"
+    checks.expect_true("the step runs", True, "it raised")
+    assert capsys.readouterr().out == "\u2714 the step runs (public check only).\n"
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_true("delta after apply_delta", False, "delta was deleted, but the caller still reads it",
+                           hint="h", passing="delta is still alive after apply_delta")
+    assert str(info.value) == "delta after apply_delta: delta was deleted, but the caller still reads it\nHint: h"
+    assert capsys.readouterr().out == ""

@@ -41,7 +41,7 @@ def test_without_donation_the_output_is_a_fresh_buffer():
 
 
 def test_memory_analysis_alias_bytes():
-    # Lesson 1 (l1-ma-md, l1-ma, exercise 1.2): zero without donation, the donated input's bytes with it.
+    # Lesson 1 (l1-ma-md, l1-ma): zero without donation, the donated input's bytes with it.
     spec = jax.ShapeDtypeStruct((1024,), jnp.float32)
     plain = jax.jit(fresh_add()).lower(spec, spec).compile().memory_analysis()
     donated = jax.jit(fresh_add(), donate_argnums=0).lower(spec, spec).compile().memory_analysis()
@@ -49,6 +49,17 @@ def test_memory_analysis_alias_bytes():
     assert donated.alias_size_in_bytes == 4096
     assert plain.argument_size_in_bytes == donated.argument_size_in_bytes == 8192
     assert plain.output_size_in_bytes == donated.output_size_in_bytes == 4096
+
+
+def test_the_alias_is_the_donated_arguments_bytes_at_its_dtype():
+    # Lesson 1's practice (l1-q2-md, Hint 2): two bfloat16 (256, 256) arrays, params donated: the
+    # plan reuses params's 256 * 256 * 2 bytes, not both arguments' and not float32's 4 bytes each.
+    sgd = jax.jit(lambda params, grads: params - 0.1 * grads, donate_argnums=0)
+    spec = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    stats = sgd.lower(spec, spec).compile().memory_analysis()
+    assert stats.alias_size_in_bytes == 256 * 256 * 2 == stats.argument_size_in_bytes // 2
+    assert jax.jit(lambda params, grads: params - 0.1 * grads).lower(spec, spec).compile().memory_analysis() \
+        .alias_size_in_bytes == 0
 
 
 def test_compiled_text_shows_the_alias():
@@ -151,7 +162,8 @@ def test_a_donated_array_in_numpy_memory_is_deleted_but_its_buffer_not_reused():
 # ---- lesson 02 -----------------------------------------------------------
 
 def test_donated_input_is_deleted_and_output_reuses_its_buffer():
-    # Lesson 2 (l2-argnums-md, l2-argnums); lesson 1 (l1-donate) on the other side: no donation, a new buffer.
+    # Lesson 1 (l1-donate) and lesson 2 (l2-forms: delta, not donated, is untouched); l1-fresh on the other
+    # side: no donation, a new buffer.
     s, d = jnp.ones(4), jnp.ones(4)
     pointer = s.unsafe_buffer_pointer()
     out = jax.jit(fresh_add(), donate_argnums=0)(s, d)
@@ -180,7 +192,7 @@ def test_reading_a_donated_array_raises(read):
 
 
 def test_every_kind_of_read_of_a_donated_array_raises_runtime_error():
-    """Lesson 2 (l2-meta-md, l2-read, l2-read2): every read of a donated array's data
+    """Lesson 2 (l2-meta-md, l2-meta, l2-read2): every read of a donated array's data
     raises RuntimeError('Array has been deleted with shape=float32[29].'), never
     ValueError: an operation's first call on the deleted array, one that ran on live
     arrays of that signature before (or after), one whose cache was cleared, indexing,
@@ -275,7 +287,12 @@ def test_decorator_forms():
         return state + d
 
     c = jax.jit(c_raw, donate_argnames="state")
-    for f in (a, b, c):      # Lesson 2 (l2-forms): each form donates by position and by keyword
+
+    @functools.partial(jax.jit, donate_argnames="state")
+    def e(state, d):
+        return state + d
+
+    for f in (a, b, c, e):   # Lesson 2 (l2-forms): each form donates by position and by keyword
         s, kept = jnp.ones(4), jnp.ones(4)
         f(s, kept)
         assert s.is_deleted() and not kept.is_deleted()
@@ -618,7 +635,7 @@ def test_passthrough_output_reuses_its_donated_input():
 
 
 def test_copy_survives_and_ema_donates_only_the_average():
-    # Lesson 3 (l3-ema): donate the average, not the parameters.
+    # Lesson 3 (l3-old-md, l3-old): donate the average, not the parameters.
     ema = jax.jit(lambda avg, params: 0.9 * avg + 0.1 * params, donate_argnums=0)
     avg, params = jnp.zeros(4), jnp.ones(4)
     ema(avg, params)
@@ -626,7 +643,7 @@ def test_copy_survives_and_ema_donates_only_the_average():
 
 
 def test_pytest_filterwarnings_ini_turns_the_warning_into_a_failure(tmp_path):
-    # Lesson 3 (l3-pytest): exactly this warning fails its test; another UserWarning
+    # Lesson 3 (l3-strict-md, l3-pytest, in Going deeper): exactly this warning fails its test; another UserWarning
     # in the same run leaves its test passing.
     import subprocess
     import sys

@@ -72,7 +72,7 @@ def test_the_summary_counts_each_leaf_asked_to_donate_once_as_the_table_does():
     assert [leaf.status for leaf in r.leaves] == ["reuse its buffer for out[0]",
                                                   "NOT usable: no output takes its buffer",
                                                   "unused argument: pruned, not donated"]
-    assert r.summary() == ("1 of 3 leaves asked to donate planned for reuse, 12 B per call; not usable: b; "
+    assert r.summary() == ("the program plans to reuse 1 of 3 buffers asked to donate, 12 B per call; not usable: b; "
                            "unused, pruned, not donated: c")
     assert len(r.reused) + len(r.unusable) + sum(leaf.pruned for leaf in r.requested) == len(r.requested) == 3
     assert r.summary() in str(r) and r.summary() in r._repr_html_()
@@ -80,8 +80,15 @@ def test_the_summary_counts_each_leaf_asked_to_donate_once_as_the_table_does():
     g = jax.jit(lambda a, b, c: (a * 2, b.sum() + c), donate_argnums=(0, 1))
     r = explain_donation(g, f32(3), f32(2, 3), f32(3))
     assert [leaf.requested for leaf in r.leaves] == [True, True, False]
-    assert r.summary() == "1 of 2 leaves asked to donate planned for reuse, 12 B per call; not usable: b"
+    assert r.summary() == "the program plans to reuse 1 of 2 buffers asked to donate, 12 B per call; not usable: b"
     assert "pruned" not in r.summary()
+    # one asked and not usable: the count says 0 of 1; nothing asked: the summary says so
+    h = jax.jit(lambda a, b: a.sum() + b, donate_argnums=0)
+    assert explain_donation(h, f32(3), f32()).summary() == ("the program plans to reuse 0 of 1 buffer asked to "
+                                                                "donate, 0 B per call; not usable: a")
+    plain = explain_donation(jax.jit(lambda a, b: a + b), f32(3), f32(3))
+    assert plain.summary() == "nothing is asked to donate"
+    assert str(plain).splitlines()[0] == "Donation in <lambda>: nothing is asked to donate"
 
 
 def _names(fn, *args, **kwargs):
@@ -149,7 +156,7 @@ def test_text_and_html():
     html = r._repr_html_()
     assert html.startswith('<div class="donation-report">') and "<table>" in html
     assert "<th>what the compiled program plans</th>" in html
-    assert r.summary() == "1 of 2 leaves asked to donate planned for reuse, 24 B per call; not usable: y"
+    assert r.summary() == "the program plans to reuse 1 of 2 buffers asked to donate, 24 B per call; not usable: y"
 
 
 def test_numpy_arguments_are_fine():
@@ -217,7 +224,7 @@ def test_the_report_is_a_plan_that_a_call_can_decline_silently(case):
     assert (state.unsafe_buffer_pointer() == host.ctypes.data) is (case == "numpy-owned memory")
     report = explain_donation(update, state, f32(1000))
     assert report.leaf("s").status == "reuse its buffer for out"
-    assert report.summary() == "1 of 1 leaves asked to donate planned for reuse, 3.9 KiB per call"
+    assert report.summary() == "the program plans to reuse 1 of 1 buffer asked to donate, 3.9 KiB per call"
     before = state.unsafe_buffer_pointer()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -233,7 +240,7 @@ def test_bytes_on_one_device_are_the_compiled_alias_bytes():
     r = explain_donation(f, f32(3), f32(5), f32(2, 2))   # u is unused: pruned, not on any device
     assert [leaf.bytes_per_device for leaf in r.leaves] == [((0, 12),), (), ((0, 16),)]
     assert r.bytes_saved_per_device == {0: 28} and r.bytes_saved == 28 == r.alias_size_in_bytes
-    assert r.summary() == ("2 of 3 leaves asked to donate planned for reuse, 28 B per call; "
+    assert r.summary() == ("the program plans to reuse 2 of 3 buffers asked to donate, 28 B per call; "
                            "unused, pruned, not donated: u")
 
 
@@ -267,7 +274,7 @@ def sharded_summary():
 
 def test_on_eight_devices_a_split_array_saves_its_piece_on_each_device(sharded_summary):
     split = sharded_summary["split"]
-    assert split["summary"] == ("1 of 1 leaves asked to donate planned for reuse, "
+    assert split["summary"] == ("the program plans to reuse 1 of 1 buffer asked to donate, "
                                 "8 B per call on each of 8 devices (64 B in all)")
     assert split["per_device"] == [[d, 8] for d in range(8)] and split["alias"] == 8 and split["shard_bytes"] == [8]
     assert split["own_buffer"] is True
@@ -275,7 +282,7 @@ def test_on_eight_devices_a_split_array_saves_its_piece_on_each_device(sharded_s
 
 def test_on_eight_devices_a_replicated_array_saves_the_whole_array_on_each_device(sharded_summary):
     replicated = sharded_summary["replicated"]
-    assert replicated["summary"] == ("1 of 1 leaves asked to donate planned for reuse, "
+    assert replicated["summary"] == ("the program plans to reuse 1 of 1 buffer asked to donate, "
                                      "64 B per call on each of 8 devices (512 B in all)")
     assert replicated["per_device"] == [[d, 64] for d in range(8)] and replicated["alias"] == 64
     assert replicated["shard_bytes"] == [64] and replicated["own_buffer"] is True
@@ -290,5 +297,5 @@ def test_the_summary_gives_the_range_when_devices_reuse_different_amounts():
                         pruned=False, output="out", bytes_per_device=((0, 8), (1, 4)))
     report = DonationReport(function="f", leaves=[leaf])
     assert report.bytes_saved_per_device == {0: 8, 1: 4}
-    assert report.summary() == ("1 of 1 leaves asked to donate planned for reuse, "
+    assert report.summary() == ("the program plans to reuse 1 of 1 buffer asked to donate, "
                                 "12 B per call over 2 devices (4 B to 8 B per device)")

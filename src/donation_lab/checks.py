@@ -213,11 +213,13 @@ def fail(what: str, expected, got, hint: str = "") -> None:
     raise CheckFailed("\n".join(lines))
 
 
-def expect_true(what: str, condition: bool, message: str, hint: str = "") -> None:
-    """Pass when `condition` holds; otherwise say `message` (what went wrong)."""
+def expect_true(what: str, condition: bool, message: str, hint: str = "", passing: str = "") -> None:
+    """Pass when `condition` holds; otherwise say `message` (what went wrong).
+    A pass prints `passing`, a sentence with its verb ("delta is still alive"),
+    or `what` when none is given."""
     if not condition:
         raise CheckFailed(f"{what}: {message}" + (f"\nHint: {hint}" if hint else ""))
-    passed(what)
+    passed(passing or what)
 
 
 def expect_equal(what: str, got, expected, hint: str = "", reveal: bool = True) -> None:
@@ -225,12 +227,15 @@ def expect_equal(what: str, got, expected, hint: str = "", reveal: bool = True) 
     as an int, a NumPy float as a float, np.bool_ as a bool; a bool is not an
     int). With reveal=False (prediction exercises) a wrong answer is told it is
     wrong and shown the hint, never the expected value; a value of another type
-    is told its type and the answer's. A method or function given uncalled, or
-    an exception object, is told so."""
+    is told its type and the answer's. A method or function given uncalled, an
+    exception object, or None where an answer was expected (a placeholder left
+    as it is), is told so."""
     if _same_kind(got, expected) and _equal(got, expected):
         passed(f"{what} is {show(expected)}")
         return
     wrong = _not_a_value(what, got, expected)
+    if not wrong and got is None and expected is not None:  # a practice answer cell's placeholder, left as it is
+        wrong = f"{what} is still None: replace None with your answer, run that cell, then run this check again."
     if not wrong and not _same_kind(got, expected):
         wrong = f"{what}: {show(got)} is {_kind(got)}, but the answer is {_kind(expected)}."
         if _is_array(got) and getattr(got, "ndim", None) == 0 and isinstance(expected, (bool, int, float)):
@@ -325,8 +330,8 @@ def expect_in_place(what: str, fn, args, argnum: int | None = 0, hint: str = "")
         raise CheckFailed(_with_hint(f"{what}: no output is in the buffer {where}, so no buffer was reused "
                                      "(a deleted input is not enough: the memory is only saved when the result "
                                      "takes its place)." + (f" {note}" if note else ""), hint))
-    passed(f"{what} puts its result in the buffer {'of an argument' if argnum is None else where} "
-           "(the donation was used)")
+    passed(f"{what} puts its result in the buffer {'of an argument' if argnum is None else where}, "
+           "so the donation was used")
 
 
 def require(*names: str) -> None:

@@ -205,7 +205,12 @@ class DonationReport:
                     f"({_human(min(amounts))} to {_human(max(amounts))} per device)")
         # Every leaf asked to donate is counted once: planned for reuse, not
         # usable, or pruned (unused, so jit dropped it: not donated at all).
-        parts = [f"{len(self.reused)} of {len(self.requested)} leaves asked to donate planned for reuse, {size}"]
+        asked = len(self.requested)
+        if not asked:
+            parts = ["nothing is asked to donate"]
+        else:
+            buffers = "buffer" if asked == 1 else "buffers"
+            parts = [f"the program plans to reuse {len(self.reused)} of {asked} {buffers} asked to donate, {size}"]
         if self.unusable:
             parts.append("not usable: " + ", ".join(leaf.path for leaf in self.unusable))
         pruned = [leaf for leaf in self.requested if leaf.pruned]
