@@ -19,7 +19,7 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
                         "test_binder.py": "binder", "test_browser.py": "browser",
                         "test_browser_wrong_answers.py": "browser_wrong_answers",
                         "test_drift.py": "released_course", "test_nbgrader_pipeline.py": "released_course",
-                        "test_cluster.py": "cluster", "test_site.py": "site"}
+                        "test_cluster.py": "cluster", "test_site.py": "site", "test_deadline_day.py": "deadline_day"}
 
 
 # Roughly what each long unit takes on 2 shared cores (seconds, from
@@ -27,7 +27,7 @@ SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capsto
 # so no long test starts last while the other worker sits idle. An ordering
 # hint only: a wrong figure costs time, never a result.
 UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "browser_wrong_answers": 150, "capstone": 30,
-                "debugging": 125, "released_course": 20, "cluster": 90, "site": 200,
+                "debugging": 125, "released_course": 20, "cluster": 90, "site": 200, "deadline_day": 300,
                 "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
                 "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
                 "test_benchmarks.py::test_the_grading_benchmark_runs_to_its_table": 60,
