@@ -6,6 +6,7 @@ in xdist_units.py (a plugin: pyproject.toml's addopts)."""
 import fcntl
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,19 +19,59 @@ from donation_course.course import Course, venv_env
 # first import of helpers.
 pytest.register_assert_rewrite("helpers")
 
-from helpers import make_course, start_lab  # noqa: E402  (after register_assert_rewrite, see above)
+from helpers import make_course, start_lab, timeout_line  # noqa: E402  (after register_assert_rewrite, see above)
 
 # --- tiers: `./course test` runs everything; `./course test --fast` the everyday tier ---------
 #
-# A test is in the everyday tier unless it is marked `slow` or `browser`. A test
-# that uses one of SLOW_FIXTURES (directly or through another fixture) is
-# marked `slow` here, whatever its file says: `env` is how a test starts the
-# course's commands (./course grade, nbgrader, jupyter), each a real kernel or
-# more. A test that cannot check its unit without a kernel, and whose unit no
-# everyday test covers, is marked `everyday`: it runs in both tiers.
-# tests/TIERS.md (and README's test paragraph) say how to mark a new test.
+# A test is in the everyday tier unless it is marked `slow` or `browser`.
+# Marked `slow` here, whatever its file says, is a test that
+# - uses a fixture in SLOW_FIXTURES (directly or through another fixture):
+#   `env` is how a test starts the course's commands (./course grade,
+#   nbgrader, jupyter), each a real kernel or more; or
+# - calls one of SLOW_CALLS in its body, or in a function of its own module
+#   that it calls (a sandboxed kernel, a lesson run top to bottom, a fresh
+#   Python on 8 devices that waits out a hang).
+# A test whose unit cannot be checked without a kernel, and that no other
+# everyday test covers, stays in the everyday tier: it is marked `everyday`,
+# or named in EVERYDAY (kept here, so that the tier's kernels are counted in
+# one place). tests/TIERS.md and README's test paragraph say how to mark a test.
 SLOW_FIXTURES = {"env", "released_course", "lab_server"}
+SLOW_CALLS = {"run_in_sandbox", "run_notebook", "run_on_eight_devices"}
+EVERYDAY = {
+    # the sandbox: what a grading kernel can reach (one kernel)
+    "test_sandbox.py::test_a_grading_kernel_reaches_nothing_but_its_own_copy",
+    # the runtime audit: honest code and library internals leave no record (one kernel)
+    "test_sandbox.py::test_the_audit_is_silent_on_honest_code_and_library_internals",
+    # ... and code built at run time does (one kernel)
+    "test_sandbox.py::test_the_audit_records_what_learner_code_does_at_run_time[exec-",
+}
 FAST_SECONDS = 5.0  # an everyday test slower than this is named at the end of a --fast run
+
+
+def calls_slow(function, seen=None) -> bool:
+    """`function`'s code, or a function of its module that it calls, names one of SLOW_CALLS."""
+    seen = set() if seen is None else seen
+    if function in seen or not hasattr(function, "__code__"):
+        return False
+    seen.add(function)
+    names, codes = set(), [function.__code__]
+    while codes:  # with the lambdas and functions defined inside it
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    if names & SLOW_CALLS:
+        return True
+    module = getattr(function, "__module__", None)
+    return any(calls_slow(obj, seen) for name in names
+               if callable(obj := function.__globals__.get(name)) and getattr(obj, "__module__", None) == module
+               and hasattr(obj, "__code__"))
+
+
+def is_everyday(item) -> bool:
+    """Marked `everyday`, or named in EVERYDAY (a name ending in "[" or "-" names the parameters that begin so)."""
+    name = item.nodeid.rpartition("/")[2]
+    return bool(item.get_closest_marker("everyday")) or any(
+        name == entry or (entry.endswith(("[", "-")) and name.startswith(entry)) for entry in EVERYDAY)
 
 
 def pytest_addoption(parser):
@@ -39,14 +80,16 @@ def pytest_addoption(parser):
 
 
 def in_everyday_tier(item) -> bool:
-    if item.get_closest_marker("everyday"):
+    if is_everyday(item):
         return True
     return not (item.get_closest_marker("slow") or item.get_closest_marker("browser"))
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES & set(item.fixturenames) and not item.get_closest_marker("everyday"):
+        if is_everyday(item):
+            continue
+        if SLOW_FIXTURES & set(item.fixturenames) or calls_slow(getattr(item, "function", None)):
             item.add_marker(pytest.mark.slow)
     if config.getoption("fast"):
         keep = [item for item in items if in_everyday_tier(item)]
@@ -54,6 +97,16 @@ def pytest_collection_modifyitems(config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A subprocess or a wait that ran out of time fails (or errors, in a
+    fixture) with one line saying so and how loaded the machine was."""
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance((subprocess.TimeoutExpired, TimeoutError)):
+        report.longrepr = timeout_line(call.excinfo.value)
+    return report
 
 
 _slow_everyday = {}
@@ -69,7 +122,7 @@ def pytest_terminal_summary(terminalreporter, config):
     marked slow, or everyday if it must stay (no figure is asserted)."""
     if not config.getoption("fast") or not _slow_everyday:
         return
-    terminalreporter.section("everyday tests over %.0f s (mark slow, or everyday if they must stay)" % FAST_SECONDS)
+    terminalreporter.section(f"everyday tests over {FAST_SECONDS:.0f} s (mark slow, or everyday if they must stay)")
     for nodeid, seconds in sorted(_slow_everyday.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
 

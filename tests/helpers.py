@@ -37,6 +37,20 @@ def load_course_script():
 free_port = load_course_script().free_port
 
 
+def timeout_line(exc: BaseException) -> str:
+    """One line for a test whose subprocess (or wait) ran out of time: what
+    timed out, after how long, and how busy the machine was. conftest.py puts
+    it in place of the traceback of any subprocess.TimeoutExpired or
+    TimeoutError, so a slow machine reads as a timeout, not as a bug."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    machine = f"load average {load} over 1/5/15 min on {os.cpu_count()} cores"
+    if isinstance(exc, subprocess.TimeoutExpired):
+        cmd = exc.cmd if isinstance(exc.cmd, str) else " ".join(map(str, exc.cmd))
+        return f"TIMEOUT after {exc.timeout:.0f} s ({machine}): {cmd[:200]}"
+    what = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return f"TIMEOUT ({machine}): {what}"
+
+
 def run(cmd, env, cwd=ROOT, timeout=600, check=True):
     result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
@@ -113,7 +127,7 @@ def wait_for_http(url, timeout=90.0, proc=None):
         except Exception as exc:  # not up yet
             last = exc
             time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer within {timeout:.0f}s: {last}")
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f}s: {last}")
 
 
 class LabServer:
@@ -151,6 +165,9 @@ def start_server(cmd, *, port, token, env, cwd, log: Path, timeout=90.0) -> LabS
     server = LabServer(proc, port, token, log)
     try:
         wait_for_http(f"{server.base}/api/status?token={token}", timeout=timeout, proc=proc)
+    except TimeoutError as exc:
+        server.stop()
+        raise TimeoutError(f"{exc} (its log: {log})") from exc
     except Exception as exc:
         server.stop()
         raise AssertionError(f"{exc}\n{log.read_text()}") from exc

@@ -143,7 +143,7 @@ def wait_for(predicate, timeout: float, what: str):
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
 
 
 def environ(p) -> dict:

@@ -12,14 +12,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import ROOT
+from donation_course.course import EXERCISE_ANSWER, ROOT
 from helpers import COURSE_CMD, GRADE_LIMITS, grade, gradebook_scores, read_grades
 from local_cluster import (
     MARKER,
@@ -62,12 +64,43 @@ def corpus_files(tmp_path_factory) -> Path:
     return folder
 
 
-def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int = 1) -> Path:
+# Appended to every answer of a run that a test interrupts: the answer cell
+# sleeps until the cell time limit stops it (the answer is still defined, so
+# each student keeps the corpus's score). A grading kernel is then alive for
+# at least the cell limit: a test that acts while one is young acts, provably,
+# in the middle of that student.
+SLEEP = "\nimport time\ntime.sleep(600)\n"
+CELL_LIMIT = float(GRADE_LIMITS[GRADE_LIMITS.index("--cell-timeout") + 1])
+
+
+def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int = 1, sleep: bool = False) -> Path:
     dest.mkdir(parents=True)
     for i in range(copies):
         for s in students:
             shutil.copy(corpus_files / f"{s}_{EX}.ipynb", dest / f"{s}{i or ''}_{EX}.ipynb")
+            if sleep:
+                path = dest / f"{s}{i or ''}_{EX}.ipynb"
+                nb = nbformat.read(path, as_version=4)
+                for cell in nb.cells:
+                    if cell.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER:
+                        cell.source += SLEEP
+                nbformat.write(nb, path)
     return dest
+
+
+def young_kernels(cluster, name: str) -> list:
+    """A worker's grading kernels started less than half the cell limit ago:
+    each is in a student whose sleeping answer cell keeps it alive for at
+    least the other half."""
+    now = time.time()
+    young = []
+    for p in kernels_of(cluster, name):
+        try:
+            if now - p.create_time() < CELL_LIMIT / 2:
+                young.append(p)
+        except psutil.Error:
+            pass
+    return young
 
 
 def cluster_lines(course: Path) -> list[str]:
@@ -157,13 +190,16 @@ def test_a_mismatched_worker_is_refused_in_one_line(cluster, corpus_files, tmp_p
 
 def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus_files, tmp_path, env,
                                                                   generated_course):
-    files = submissions(corpus_files, tmp_path / "files", MIX)
+    # every answer sleeps out the cell limit: with a kernel up, the run cannot end before Ctrl-C
+    files = submissions(corpus_files, tmp_path / "files", MIX, sleep=True)
     course = generated_course(tmp_path / "course")
     with open(tmp_path / "grade.log", "w") as log:
         run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
                                 "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: kernels_of(cluster, "w1") or kernels_of(cluster, "w2"), 120, "a kernel on the cluster")
+        wait_for(lambda: young_kernels(cluster, "w1") or young_kernels(cluster, "w2"), 120,
+                 "a kernel on the cluster")
+        assert run.poll() is None, (tmp_path / "grade.log").read_text()
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=120) != 0
     finally:
@@ -184,15 +220,16 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
 
 def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpus_files, tmp_path, env,
                                                                    generated_course):
-    files = submissions(corpus_files, tmp_path / "files", MIX)
+    # every answer sleeps out the cell limit: a young kernel on w1 is mid-student when w1 dies
+    files = submissions(corpus_files, tmp_path / "files", MIX, sleep=True)
     course = generated_course(tmp_path / "course")
     victim, survivor = cluster.worker_address("w1"), cluster.worker_address("w2")
     with open(tmp_path / "grade.log", "w") as log:
         run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
                                 "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        # a few seconds in: w1 has graded a student and runs a kernel for its next one
-        wait_for(lambda: any(victim in ln for ln in _lines_so_far(course)) and kernels_of(cluster, "w1"), 180,
+        # w1 has graded a student and runs a young kernel for its next one
+        wait_for(lambda: any(victim in ln for ln in _lines_so_far(course)) and young_kernels(cluster, "w1"), 240,
                  "w1 to grade its second student")
         in_progress = {p.name for p in (cluster.folder / "w1").rglob("course-*/submitted/*")}
         cluster.kill_group("w1")

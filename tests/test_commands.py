@@ -129,3 +129,41 @@ def test_course_says_in_one_line_that_it_found_no_python_3_12(env, tmp_path):
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs Python 3.12" in lines[0] and "COURSE_PYTHON" in lines[0], lines
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sighup_stops_a_command_as_sigterm_does(monkeypatch, signame):
+    """SIGTERM (kill, a batch queue's limit) and SIGHUP (a closed terminal, an
+    SSH drop) reach a running command as one exception, which unwinds it as
+    Ctrl-C does (its `finally` blocks run) and exits 128 + the signal; the
+    real run stopped by SIGTERM, with nothing left behind, is
+    test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp."""
+    import os
+    import signal
+    import time
+
+    from donation_course import cli
+
+    def not_the_commands_handler(signum, frame):
+        raise AssertionError(f"{signame} reached the handler this test set, not the command's")
+
+    signum = getattr(signal, signame)
+    unwound = []
+
+    def command(argv):
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(10)  # the handler raises in here; a signal left unhandled returns 0
+            return 0
+        finally:
+            unwound.append(argv)
+
+    monkeypatch.setitem(cli.COMMANDS, "grade", command)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signum, not_the_commands_handler)
+    try:
+        assert cli.main(["grade", "export.zip"]) == 128 + signum
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert unwound == [["export.zip"]]
