@@ -299,3 +299,19 @@ def test_the_export_plugins_work_as_nbgrader_exporters(tmp_path, lms_class):
     table = {r["Username"]: r for r in records(tmp_path / "bb.csv")}
     assert set(table) == {"ann", "k.roe"} and table["ann"]["Last Name"] == "Lee"
     assert float(next(v for k, v in table["ann"].items() if "Total Pts" in k)) == TOP
+
+
+def test_each_lms_is_one_registered_object_and_its_options_follow(lms_class):
+    """--lms, detection, the column flag and the import files all come from the one registry."""
+    from donation_course.grading.cli import parser, settings_from
+    from donation_course.grading.lms import REGISTRY, with_files
+
+    course, _ = lms_class
+    assert set(REGISTRY) == {"canvas", "moodle", "blackboard", "nbgrader", "flat"}
+    assert {lms.name for lms in with_files()} == {"canvas", "moodle", "blackboard"}
+    for lms in with_files():
+        args = parser().parse_args(["x", "--course", str(course.root), "--lms", lms.name, lms.column.flag,
+                                    lms.column.example])
+        settings = settings_from(args, course)
+        assert settings.lms == lms.name and getattr(settings, lms.column.trait) == lms.column.example
+        assert all(e.filename.startswith(lms.name) for e in lms.exporters)

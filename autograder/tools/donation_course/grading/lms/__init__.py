@@ -1,20 +1,19 @@
 """The LMSes the grader reads exports of and writes import files for: one `Lms` object each
-(base.py says what one holds), registered once below. Adding an LMS is one file here, with
-its `Lms` and its export plugins, and one `register` line; `--lms NAME`, detection, its
-column flag and its import files all follow from the registry.
+(base.py says what one holds), registered once. Every module of this package that names its
+LMSes in `LMSES` is registered when the package is imported: adding an LMS is one new file
+here, with its `Lms` and its export plugins; `--lms NAME`, detection, its column flag and its
+import files all follow from the registry.
 
 files.py matches each file of an export to a student and a notebook; times.py reads the
 LMS's local times.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 
 from .base import Lms
-from .blackboard import BLACKBOARD
-from .canvas import CANVAS
-from .moodle import MOODLE
-from .nbgrader import EXCHANGE, FLAT
 
 REGISTRY: dict[str, Lms] = {}
 FALLBACK = "flat"
@@ -25,8 +24,9 @@ def register(lms: Lms) -> Lms:
     return lms
 
 
-for _lms in (EXCHANGE, CANVAS, BLACKBOARD, MOODLE, FLAT):
-    register(_lms)
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    for _lms in getattr(importlib.import_module(f"{__name__}.{_module}"), "LMSES", ()):
+        register(_lms)
 
 
 def detect(rels: list[str], assignment: str) -> str:

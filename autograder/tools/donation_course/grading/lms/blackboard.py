@@ -180,3 +180,5 @@ BLACKBOARD = Blackboard(
            "the username is the last `_`-free word before `_attempt_` unless the receipt names it)",
     column=COLUMN, exporters=(BlackboardExport,),
     signature=r"_{student}_attempt_\d{4}-")
+
+LMSES = (BLACKBOARD,)  # registered by lms/__init__.py

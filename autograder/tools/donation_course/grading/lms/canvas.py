@@ -70,3 +70,5 @@ CANVAS = Canvas(
     layout="<lastfirst>_[LATE_]<userid>_<attachmentid>_<original>[-N].ipynb",
     column=COLUMN, exporters=(CanvasExport,),
     signature=r"(?:^|[/ ])[^/_ ]*_(?:LATE_)?{student}_\d+_")
+
+LMSES = (CANVAS,)  # registered by lms/__init__.py

@@ -120,3 +120,5 @@ MOODLE = Moodle(
     layout="<Full Name>_<participant id>_assignsubmission_file_<original>.ipynb, or a folder of that name",
     column=COLUMN, exporters=(MoodleWorksheet, MoodleGrades),
     signature=r"_{student}_assignsubmission_")
+
+LMSES = (MOODLE,)  # registered by lms/__init__.py

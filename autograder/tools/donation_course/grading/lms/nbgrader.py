@@ -42,3 +42,5 @@ FLAT = Lms(
     name="flat", title="a flat folder", neutral_ids=True, detected=False,
     pattern=PREFIX + r"(?P<student_id>[^/_]+)(?:_(?P<file_id>[^/]+?))?\.ipynb$",
     layout="<student>_<notebook>.ipynb (the id may hold `_`), or <student>[_anything].ipynb for the exercise")
+
+LMSES = (EXCHANGE, FLAT)  # registered by lms/__init__.py
