@@ -68,7 +68,7 @@ def new_student_dir(base: Path) -> Path:
     base.mkdir(mode=0o700, parents=True)
     runtime = base / "runtime"
     runtime.mkdir()
-    prepare_referee(runtime)  # the kernels' hand-over folder; the worker's referee started
+    prepare_referee()  # the worker's referee started, if it is not running
     os.environ[STUDENT_DIR_ENV] = str(base)
     return runtime
 
@@ -172,8 +172,7 @@ def grade_one(api, course: Path, assignment: str, student: str, tmp: Path) -> St
         reasons, log = [], ""
         if res.get("success"):
             # the referee's verdicts join the kernel's scores before the feedback is written (referee/)
-            refereed = referee_student(course, assignment, student, tmp / "runtime", api.coursedir.db_url,
-                                       api.course_id)
+            refereed = referee_student(course, assignment, student, api.coursedir.db_url, api.course_id)
             for name, found_flags in refereed.flags.items():
                 flags.setdefault(name, []).extend(found_flags)
             fb = api.generate_feedback(assignment, student, force=True)

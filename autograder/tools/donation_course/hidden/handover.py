@@ -4,20 +4,21 @@ When a hidden check of lesson 7 runs, it first hands the function under
 test over (`hand_over`): a jax.jit function as the StableHLO programs it
 lowers to for the referee's signatures (grading/referee/asks.py), with their
 donation attributes and the arguments each keeps; anything else as its
-shape only. The hand-over is a JSON file per answer in the kernel's runtime
-folder's `handover/` (the worker makes that folder; without it, outside
-`./course grade`, nothing is written). The referee, where no learner code
-runs, compiles and judges those programs itself (grading/referee/).
+shape only. The hand-over is a display output of its own type
+(asks.MIME) in the check's grade cell: the worker reads it from the
+autograded notebook and removes it before the feedback is written; the
+referee, where no learner code runs, compiles and judges those programs
+itself (grading/referee/). A function is handed over once; later checks
+that get the same function name it by its index.
 
 Nothing here can change a check's result: any failure to hand over is
-swallowed (the referee then says it received nothing), warnings and output
-of the lowering are silenced (nbgrader zeroes a grade cell that writes to
-stderr). Like safe.py, it is imported at kernel start, before learner code.
+swallowed (the referee then says it received nothing), and warnings and
+output of the lowering are silenced (nbgrader zeroes a grade cell that
+writes to stderr). Like safe.py, it is imported at kernel start, before
+learner code, and calls only what it captured then.
 """
-import json
-import os
-
 import jax
+from IPython.display import publish_display_data
 
 from donation_course.grading.referee import asks
 from donation_course.grading.referee.programs import kept_inputs
@@ -26,7 +27,7 @@ from donation_course.hidden.safe import (
     JitFunction,
     StringIO,
     catch_warnings,
-    isinstance,
+    enumerate,
     len,
     redirect_stderr,
     redirect_stdout,
@@ -37,22 +38,8 @@ from donation_course.hidden.safe import (
 
 _Shape = jax.ShapeDtypeStruct
 _dtypes = {"float32": jax.numpy.float32, "int32": jax.numpy.int32, "bfloat16": jax.numpy.bfloat16}
-_dumps, _replace, _join, _isdir, _dirname = json.dumps, os.replace, os.path.join, os.path.isdir, os.path.dirname
-_open, _getpid = open, os.getpid
-try:
-    from ipykernel.kernelapp import IPKernelApp as _App
-except ImportError:  # not in a kernel
-    _App = None
-
-_SENT: dict = {}  # answer name -> {"functions": [fn...], "programs": [entry...], "checks": {check: index}}
-
-
-def _folder():
-    """The hand-over folder in this kernel's runtime folder, or None (not graded by ./course grade)."""
-    if _App is None or not _App.initialized():
-        return None
-    folder = _join(_dirname(_App.instance().abs_connection_file), asks.FOLDER)
-    return folder if _isdir(folder) else None
+_publish = publish_display_data
+_SENT: dict = {}  # answer name -> [the function objects handed over, in order] (held: an id is never reused)
 
 
 def _specs(answer, signature):
@@ -84,23 +71,17 @@ def _entry(answer, fn) -> dict:
 
 
 def hand_over(answer_name: str, check: str, fn) -> None:
-    """Hand `fn` over as the answer `check` judges (once per function object; later checks point at it)."""
+    """Hand `fn` over as the answer that `check` judges."""
     try:
-        folder = _folder()
-        if folder is None:
-            return
         answer = asks.ANSWERS[answer_name]
-        sent = _SENT.setdefault(answer_name, {"functions": [], "programs": [], "checks": {}})
-        index = next((i for i, f in enumerate(sent["functions"]) if f is fn), None)
+        sent = _SENT.setdefault(answer_name, [])
+        record = {"answer": answer_name, "check": check}
+        index = next((i for i, f in enumerate(sent) if f is fn), None)
         if index is None:
-            sent["functions"].append(fn)  # held: an id() is never reused while it is
-            sent["programs"].append(_entry(answer, fn))
-            index = len(sent["programs"]) - 1
-        sent["checks"][check] = index
-        path = _join(folder, answer.name + ".json")
-        temporary = f"{path}.{_getpid()}.tmp"
-        with _open(temporary, "w") as out:
-            out.write(_dumps({"programs": sent["programs"], "checks": sent["checks"]}))
-        _replace(temporary, path)
+            sent.append(fn)
+            index = len(sent) - 1
+            record["entry"] = _entry(answer, fn)
+        record["index"] = index
+        _publish({asks.MIME: record}, metadata={})
     except Exception:
         pass  # the referee says it received nothing; the kernel's own check goes on

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FOLDER = "handover"           # in the grading kernel's runtime folder (the worker makes it)
+# The kernel hands over through the notebook itself: one display output of this type in the grade cell of each
+# check ({"answer", "check", "index", and "entry" the first time a function is handed over}), which the worker
+# reads from the autograded notebook and removes before the feedback is written.
+MIME = "application/vnd.donation-lab.handover+json"
 MAX_PROGRAM_CHARS = 1 << 20   # one program's StableHLO text
-MAX_FILE_BYTES = 8 << 20      # one answer's hand-over file
+MAX_HANDOVER_BYTES = 8 << 20  # one answer's hand-over, all its outputs together
+MAX_FUNCTIONS = 64            # function objects handed over for one answer
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""The worker's side of the referee: read the kernel's hand-over (as untrusted
-bytes), and have the worker's referee server (server.py) judge it.
+"""The worker's side of the referee: have the worker's referee server
+(server.py) judge what the kernel handed over (received.py).
 
 The server is started once per worker process, in the sandbox when kernels
-are (sandbox.bwrap_argv, with empty folders of its own as working and
-runtime folders), and reused for every student; its start-up (importing JAX)
+are (sandbox.bwrap_argv, the kernels' own, with empty folders of its own as
+working and runtime folders), and reused for every student; its start-up (importing JAX)
 overlaps the first student's kernel. A server that dies or stops answering
 is the grader's failure, not the student's: `Referee.judge` raises
 RefereeFailed (the worker reports the student as not graded, never zeros),
@@ -15,7 +15,6 @@ import json
 import os
 import select
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .asks import ANSWERS, FOLDER, MAX_FILE_BYTES
+from .asks import ANSWERS
 
 SECONDS = 20           # per answer: compile and run all its checks' programs
 START_SECONDS = 120    # importing JAX in the sandbox, on a busy machine
@@ -31,36 +30,6 @@ START_SECONDS = 120    # importing JAX in the sandbox, on a busy machine
 
 class RefereeFailed(RuntimeError):
     """The referee itself failed (not the program it judged)."""
-
-
-def make_folder(runtime: Path) -> Path:
-    """The hand-over folder in a kernel's runtime folder, writable by the kernel's uid."""
-    folder = runtime / FOLDER
-    folder.mkdir(exist_ok=True)
-    folder.chmod(0o777)
-    return folder
-
-
-def read_handover(folder: Path, name: str):
-    """One answer's hand-over as the kernel left it: a dict, or None (absent, not a plain file, too large,
-    not JSON). Read without following links and without blocking on a FIFO."""
-    try:
-        fd = os.open(folder / f"{name}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        return None
-    try:
-        found = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 @dataclass(frozen=True)
@@ -83,6 +52,7 @@ class Referee:
         work, runtime = self.folder / "work", self.folder / "runtime"
         work.mkdir()
         runtime.mkdir()
+        (runtime / "connection.json").write_text("{}")  # bwrap_argv binds a kernel's; the referee has none
         module = ["-P", "-m", "donation_course.grading.referee.server"]
         env = fixed_env(home=str(work))
         if not self.sandbox:

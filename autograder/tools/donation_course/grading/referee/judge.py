@@ -184,6 +184,8 @@ def ex_training_loop(p: Programs, steps: int = 50) -> str:
     delta = device(delta_np)
     state = _one_output(call(loaded, [device(np.zeros(2, np.float32)), delta]), "update_with_donate")
     state.block_until_ready()
+    if delta.is_deleted():
+        fail("its program donates delta, so the next step of the loop cannot read it.")
     before = live_count()
     kept = 0
     for _ in range(steps):

@@ -1,7 +1,7 @@
 """The referee's step in grading one student (worker.grade_one calls it between
-nbgrader's autograde and its feedback): read what the kernel handed over,
-have the worker's referee judge it, and combine the verdicts with the
-kernel's scores (combine.apply).
+nbgrader's autograde and its feedback): take what the kernel handed over
+from the autograded notebooks (received.py), have the worker's referee
+judge it, and combine the verdicts with the kernel's scores (combine.apply).
 
 The worker holds one referee (client.Referee) for all its students, started
 with the kernel's own caps and sandbox (settings.KernelSettings, which the
@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .asks import FOLDER
-from .client import Referee, make_folder, read_handover
+from .client import Referee
 from .combine import apply, judged_cells
+from .received import take_handovers
 
 _REFEREE: list = []  # this worker process's referee, made on first use
 
@@ -31,10 +31,9 @@ def referee() -> Referee:
     return _REFEREE[0]
 
 
-def prepare(runtime: Path) -> None:
-    """Before the student's kernels start: the hand-over folder they write to, and the referee starting
-    (JAX's import in it overlaps the first notebook's kernel)."""
-    make_folder(runtime)
+def prepare() -> None:
+    """Before the student's kernels start: the worker's referee starting, if it is not running (JAX's import
+    in it overlaps the first notebook's kernel)."""
     referee().start()
 
 
@@ -44,8 +43,7 @@ class Refereed:
     seconds: float = 0.0                       # the referee's wall time for this student (0: not needed)
 
 
-def referee_student(course: Path, assignment: str, student: str, runtime: Path, db_url: str,
-                    course_id: str) -> Refereed:
+def referee_student(course: Path, assignment: str, student: str, db_url: str, course_id: str) -> Refereed:
     """Judge the student's hand-over, and write the combined scores into the worker's gradebook and the
     autograded notebooks. Raises client.RefereeFailed when the referee itself fails."""
     from nbgrader.api import Gradebook
@@ -56,6 +54,7 @@ def referee_student(course: Path, assignment: str, student: str, runtime: Path, 
     if not cells:
         return Refereed()
     autograded = {nb: course / "autograded" / student / assignment / f"{nb}.ipynb" for nb in cells}
+    handovers = take_handovers(list(autograded.values()))  # read, and removed from the notebooks
     with Gradebook(db_url, course_id) as gb:
         # only answers with a cell the kernel passed need the referee: a point the kernel failed is lost anyway
         wanted = set()
@@ -69,8 +68,7 @@ def referee_student(course: Path, assignment: str, student: str, runtime: Path, 
                     wanted.add(answer)
         if not wanted:
             return Refereed()
-        folder = runtime / FOLDER
-        judged = referee().judge({name: read_handover(folder, name) for name in sorted(wanted)})
+        judged = referee().judge({name: handovers.get(name) for name in sorted(wanted)})
         flags = apply(judged.verdicts, cells, gb, autograded, assignment, student)
     print(f"referee: {student}: {judged.seconds:.3f} s", flush=True)  # the worker's log (docs/performance.md)
     found = {}
