@@ -4,17 +4,36 @@ two processes (`-n 2` in pyproject.toml's addopts, which loads this module with
 
 A test is a unit of work on its own, except in the files named in
 SHARED_FIXTURE_UNITS, whose tests share an expensive fixture (a graded corpus,
-a built environment, a browser, the generated course): each unit named there
-runs on one worker, so the fixture is built once. (xdist's own `--dist
-loadgroup` does not group on pytest 9.2: pytest-xdist issue #1386.)
+a built environment, a browser, the generated course, a fresh Python on 8
+devices): each unit named there runs on one worker, so the fixture is built
+once. A file that defines a module- or session-scoped fixture is such a unit
+by default (a new file falls in without a word here), unless it is in
+NOT_UNITS. (xdist's own `--dist loadgroup` does not group on pytest 9.2:
+pytest-xdist issue #1386.)
 
 The scheduler extends pytest-xdist's LoadScopeScheduling through private
 methods and attributes (written for pytest-xdist 3.8.0):
 tests/test_upstream_private_apis.py fails when an upgrade changes them.
 """
+import re
+from pathlib import Path
+
 from xdist.scheduler import LoadScopeScheduling
 
-SHARED_FIXTURE_UNITS = {"test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
+# Files whose shared fixture is cheap and whose tests are long: their tests go out one by one.
+NOT_UNITS = {"test_grading.py"}  # its module fixture `hidden` only imports the hidden checks
+
+
+def files_with_shared_fixtures(folder: Path = Path(__file__).parent) -> dict:
+    """{file name: unit} for each test file beside this one that defines a
+    module-, package- or session-scoped fixture (other than NOT_UNITS)."""
+    shared = re.compile(r"@pytest\.fixture\(\s*scope\s*=\s*[\"'](module|package|session)[\"']")
+    return {path.name: path.stem.removeprefix("test_") for path in sorted(folder.glob("test_*.py"))
+            if path.name not in NOT_UNITS and shared.search(path.read_text(encoding="utf-8", errors="replace"))}
+
+
+SHARED_FIXTURE_UNITS = files_with_shared_fixtures() | {
+                        "test_grading_corpus.py": "corpus", "test_grading_capstone.py": "capstone",
                         "test_grading_debugging.py": "debugging",
                         "test_binder.py": "binder", "test_browser.py": "browser",
                         "test_browser_wrong_answers.py": "browser_wrong_answers",
@@ -31,6 +50,8 @@ UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "browser_wrong_answ
                 "test_grading.py::test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache": 58,
                 "test_lms.py::test_lms_exports_grade_like_serial_nbgrader_with_late_penalty": 58,
                 "test_benchmarks.py::test_the_grading_benchmark_runs_to_its_table": 60,
+                "test_benchmarks.py::test_the_cluster_benchmark_runs_to_its_table": 70,
+                "test_benchmarks.py::test_the_lessons_benchmark_runs_to_its_table": 30,
                 "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,
                 "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 22,
                 "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 22,
@@ -54,8 +75,12 @@ def unit_of(nodeid: str) -> str:
     return SHARED_FIXTURE_UNITS.get(filename) or f"{filename}::{name}"
 
 
+SHARED_UNIT_SECONDS = 30  # a shared-fixture unit not in UNIT_SECONDS: long enough to go out early
+
+
 def unit_seconds(unit: str) -> float:
-    return UNIT_SECONDS.get(unit, UNIT_SECONDS.get(unit.split("[", 1)[0], 1.0))
+    default = SHARED_UNIT_SECONDS if unit in SHARED_FIXTURE_UNITS.values() else 1.0
+    return UNIT_SECONDS.get(unit, UNIT_SECONDS.get(unit.split("[", 1)[0], default))
 
 
 class SharedFixtureScheduling(LoadScopeScheduling):
