@@ -1,6 +1,9 @@
 """Benchmark `./course grade --scheduler` on a local 2-worker Dask cluster against the local pool, in one run.
 
-    .venv/instructor/bin/python benchmarks/bench_cluster.py [--n 40] [--workers 2]
+    .venv/instructor/bin/python benchmarks/bench_cluster.py [--n 40] [--workers 2] [--once]
+
+(--once: A then B, one run each, no figures worth quoting: the smoke run
+tests/test_benchmarks.py makes with two submissions.)
 
 The same N submissions (bench_grading's mix of right and wrong answers),
 each run in a fresh copy of one prepared course (assignment generated,
@@ -66,6 +69,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--once", action="store_true", help="A then B once (a smoke run; the figures are not means)")
     a = p.parse_args()
     import dask
     from distributed import LocalCluster
@@ -91,7 +95,7 @@ def main():
         grade(one, fresh(), "--workers", "1")                      # page cache, imports
         grade(one, fresh(), "--scheduler", address)                # the course bundle reaches the workers
         local, remote, rows = [], [], []
-        for mode in ("local", "cluster", "cluster", "local"):
+        for mode in ("local", "cluster") if a.once else ("local", "cluster", "cluster", "local"):
             course = fresh()
             if mode == "local":
                 local.append(grade(files, course, "--workers", str(a.workers))[0])
@@ -106,7 +110,8 @@ def main():
     n, w = a.n, a.workers
     t_local, t_cluster = statistics.mean(local), statistics.mean(remote)
     per = (t_cluster - t_local) / n
-    print(f"\n{n} submissions, {w} workers, {os.cpu_count()} cores; each figure the mean of two runs\n")
+    runs = "one run (--once: a smoke run)" if a.once else "the mean of two runs"
+    print(f"\n{n} submissions, {w} workers, {os.cpu_count()} cores; each figure {runs}\n")
     print("| run | wall (two runs) | per submission |\n|---|---|---|")
     print(f"| `./course grade --workers {w}` (local fork pool) | {' / '.join(f'{x:.1f}' for x in local)} s "
           f"| {t_local / n:.3f} s |")

@@ -1,6 +1,9 @@
 """How long each lesson takes to run headless, beside the floor.
 
-    .venv/instructor/bin/python benchmarks/bench_lessons.py [--copies solutions|notebooks] [--mib 64]
+    .venv/instructor/bin/python benchmarks/bench_lessons.py [--copies solutions|notebooks] [--mib 64] [--lesson NAME]
+
+(--lesson NAME, repeatable: only those lessons; tests/test_benchmarks.py's
+smoke run takes one lesson and a 1 MiB loop.)
 
 Runs every lesson top to bottom in a fresh kernel (the same
 `donation_course.execute.run_notebook` the tests use), and, in the same run, a
@@ -42,12 +45,19 @@ def main(argv=None):
     parser.add_argument("--copies", choices=["solutions", "notebooks"], default="solutions")
     parser.add_argument("--mib", type=float, default=64, help="array size for the memory loop")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--lesson", action="append", help="only this lesson's notebook (repeatable); default: all")
     args = parser.parse_args(argv)
     folder = SOLUTIONS if args.copies == "solutions" else NOTEBOOKS
+    lessons = sorted(folder.glob("*.ipynb"))
+    if args.lesson:
+        unknown = sorted(set(args.lesson) - {p.name for p in lessons})
+        if unknown:
+            parser.error(f"no such lesson in {folder.name}/: {', '.join(unknown)}")
+        lessons = [p for p in lessons if p.name in args.lesson]
 
     floor = floor_seconds()
     rows, total = [], 0.0
-    for path in sorted(folder.glob("*.ipynb")):
+    for path in lessons:
         run = run_notebook(path)
         total += run.seconds
         errors = len(run.errors)
@@ -59,7 +69,8 @@ def main(argv=None):
     print("| lesson | seconds | above floor | errors (incl. meant-to-fail) | < 20 s |")
     print("|---|---:|---:|---:|---|")
     print("\n".join(rows))
-    print(f"| **whole course** | {total:.1f} | | | {'yes' if total < COURSE_TARGET_S else 'NO'} (< 120 s) |\n")
+    whole = "whole course" if not args.lesson else f"{len(lessons)} of the lessons"
+    print(f"| **{whole}** | {total:.1f} | | | {'yes' if total < COURSE_TARGET_S else 'NO'} (< 120 s) |\n")
 
     results = compare_donation(elements_for_mib(args.mib), steps=args.steps)
     print(f"Memory loop, lesson 1 (`params = step(params, grads)`, {args.mib:g} MiB float32, "
@@ -71,8 +82,9 @@ def main(argv=None):
         per_step = ", ".join(f"{b / MiB:.2f}" for b in m.extra_per_step)
         print(f"| {'with' if donate else 'without'} donation | {m.extra_peak_bytes / MiB:.2f} | "
               f"{m.extra_fraction:.1%} | {per_step} |")
+    only = "".join(f" --lesson {name}" for name in args.lesson or [])
     print(f"\nReproduce: .venv/instructor/bin/python benchmarks/bench_lessons.py --copies {args.copies} "
-          f"--mib {args.mib:g} --steps {args.steps}")
+          f"--mib {args.mib:g} --steps {args.steps}{only}")
 
 
 if __name__ == "__main__":

@@ -20,3 +20,28 @@ def test_the_grading_benchmark_runs_to_its_table():
     for row in ("serial `nbgrader autograde`", "`./course grade --workers 2`", "floor: `import jax` only",
                 "throughput vs serial nbgrader", "per-submission time vs floor"):
         assert re.search(rf"^\|[^\n]*{re.escape(row)}[^\n]*\| [\d.]+ ?[sx] \|", r.stdout, re.M), (row, r.stdout)
+
+
+def test_the_cluster_benchmark_runs_to_its_table():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cluster.py"), "--n", "2", "--workers", "1",
+                        "--once"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for row in ("`./course grade --workers 1` (local fork pool)", "`./course grade --scheduler` (LocalCluster",
+                "queue wait (s)", "grading wall time (s)", "core-seconds", "peak RSS (MiB)"):
+        assert re.search(rf"^\|[^\n]*{re.escape(row)}[^\n]*\| [\d.]+", r.stdout, re.M), (row, r.stdout)
+    assert re.search(r"^cluster overhead per submission: [+-][\d.]+ s", r.stdout, re.M), r.stdout
+    assert re.search(r"^\| 10,000 \| 256 \| [\d.]+ min \| [\d.]+ min \|", r.stdout, re.M), r.stdout
+
+
+def test_the_lessons_benchmark_runs_to_its_table():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_lessons.py"), "--lesson",
+                        "02_the_contract.ipynb", "--mib", "1", "--steps", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    row = r"^\| 02_the_contract\.ipynb \| [\d.]+ \| [+-][\d.]+ \| \d+ \| (yes|NO) \|$"
+    assert re.search(row, r.stdout, re.M), r.stdout
+    for loop in ("without donation", "with donation"):
+        assert re.search(rf"^\| {loop} \| [\d.]+ \| [\d.]+% \| [\d., ]+ \|$", r.stdout, re.M), (loop, r.stdout)
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_lessons.py"), "--lesson", "99_none.ipynb"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no such lesson in solutions/: 99_none.ipynb" in r.stderr, r.stderr
