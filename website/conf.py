@@ -8,6 +8,8 @@ copyright = "the Buffer Donation Lab authors"  # no year: a page holds no date
 extensions = ["myst_nb"]
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 myst_heading_anchors = 4   # docs/ link to headings as page.md#slug
+# Warnings fail the build (a link that goes nowhere), except a heading level skipped in docs/: style, not a break.
+suppress_warnings = ["myst.header"]
 
 # myst-nb: render the outputs as they are; never execute, never load widget JavaScript (it comes from a CDN).
 nb_execution_mode = "off"
