@@ -16,7 +16,7 @@ from donation_course.course import COURSE
 from helpers import run_on_eight_devices
 
 LESSON_6 = "06_shardings.ipynb"
-SETUP = ("l6-flags", "l6-mesh", "l6-silent")
+SETUP = ("l6-flags", "l6-silent")
 
 ANSWERS = {
     "right": "quiet_fixed = jax.jit(lambda v: jax.lax.with_sharding_constraint(2.0 * v, auto_split), "

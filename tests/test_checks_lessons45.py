@@ -1,7 +1,8 @@
 """The check cells of exercises 4.1, 4.2 and 5.2, run as the lessons write
 them, on the wrong answers learners are likely to type: each gets a message
 of one paragraph (the message and its hint) that names the mistake, never a
-traceback; and exercise 4.2 has no dead end (its answer cell can always be
+traceback (5.2's eager call of step, which names sqrt too, included); and
+exercise 4.2 has no dead end (its answer cell can always be
 run again, and skipping the cells before it changes nothing)."""
 import jax
 import nbformat
@@ -169,7 +170,7 @@ def test_wrong_answers_to_4_2_get_one_paragraph_and_leave_tied_params_alive(less
 @pytest.fixture
 def lesson_5():
     namespace = {}
-    run(namespace, source(LESSON_5, "l5-setup", "l5-recipe-fn"), "lesson 5")
+    run(namespace, source(LESSON_5, "l5-off", "l5-recipe-fn"), "lesson 5")
     return namespace
 
 
@@ -191,6 +192,21 @@ def test_returning_the_exception_is_told_to_return_its_text(lesson_5):
                        "not its message. Return the text instead: `return str(exc)`.\n"
                        "Hint: return the text of the error debug_nans raises (see Hint 1).")
     assert one_paragraph(message)
+
+
+@pytest.mark.parametrize("call", ["step(params, grad)", "jax.jit(step)(params, grad)"])
+def test_an_eager_call_of_step_fails_and_a_new_jit_of_it_passes(lesson_5, call, capsys):
+    """5.2 asks for a new, non-donating jit of step: calling step itself under debug_nans also
+    names sqrt and keeps params, but it is not the recipe, and the check says so in one paragraph."""
+    run(lesson_5, RIGHT_5_2.replace("jax.jit(step)(params, grad)", call))
+    message = check(lesson_5, LESSON_5, "l5-q2-check")
+    if call.startswith("jax.jit"):
+        assert message == ""
+        assert "find_nan runs step through a new jax.jit" in capsys.readouterr().out
+    else:
+        assert message == ("find_nan's debug run: it called step itself, so step ran op by op, not as a new jit of "
+                           "it.\nHint: compile a new jit of step that donates nothing, as the recipe does (Hint 1).")
+        assert one_paragraph(message)
 
 
 def test_not_catching_the_error_names_it_in_one_paragraph(lesson_5):

@@ -617,7 +617,7 @@ def test_lowering_reads_the_sharding_of_the_argument_type_not_its_data(sharding_
 
 
 def test_split_in_replicated_out_warns_with_the_per_shard_shape_and_keeps_input(sharding_facts):
-    # Lesson 6 (l6-mismatch-text, l6-mismatch): the warning names float32[2], not float32[16].
+    # Lesson 6 (l6-match-text, l6-match, its replicated output): the warning names float32[2], not float32[16].
     mismatch = sharding_facts["mismatch"]
     assert mismatch["deleted"] is False
     assert len(mismatch["warnings"]) == 1
@@ -635,7 +635,7 @@ def test_different_shardings_with_pieces_of_one_size_donate_without_a_warning(sh
 
 
 def test_with_sharding_constraint_needs_a_sharding_on_the_auto_mesh(sharding_facts):
-    # Lesson 6, exercise 6.2's Hint 1: on an Auto-mesh input, a constraint to the Explicit
+    # Lesson 6, exercise 6.2's Hint 2: on an Auto-mesh input, a constraint to the Explicit
     # mesh's `split` is refused; to the Auto mesh's own sharding it runs (and donates: "fixed").
     assert sharding_facts["constraint_explicit"].startswith(
         "The spec of NamedSharding passed to with_sharding_constraint can only refer to Auto axes of the mesh.")
@@ -643,7 +643,7 @@ def test_with_sharding_constraint_needs_a_sharding_on_the_auto_mesh(sharding_fac
 
 
 def test_sharding_constraint_on_auto_mesh_misses_donation_silently(sharding_facts):
-    # Lesson 6 (l6-silent-text, l6-silent, l6-silent-check); the repaired side is the test below.
+    # Lesson 6 (l6-silent-text, l6-silent, with its explain_donation); the repaired side is the test below.
     silent = sharding_facts["silent"]
     assert silent["requested"] is True
     assert silent["deleted"] is False
