@@ -264,7 +264,8 @@ def pages_of(site: Path) -> list[Path]:
 def test_the_built_site_holds_no_answer_and_a_planted_one_is_found(site, tmp_path):
     assert sorted(p.stem for p in (site / "lessons").glob("*.html")) == [p.stem for p in LEARNER]
     assert leaks.search_site(site, forbidden()) == [], "the built site shows what no page may"
-    assert not list(site.rglob("*.ipynb")) and not (site / "_sources").exists(), "a notebook is downloadable"
+    assert not list(site.rglob("*.ipynb")), "a notebook is downloadable"
+    assert not [p for p in site.glob("_sources/**/*") if p.is_file()], "a page's source is downloadable"
     copy = tmp_path / "site"
     shutil.copytree(site, copy)
     page = copy / "lessons" / LEARNER[-1].with_suffix(".html").name

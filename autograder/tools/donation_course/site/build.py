@@ -167,6 +167,8 @@ def build(out: Path, sphinx_python: str, repository: str = REPOSITORY, branch: s
         shutil.rmtree(out)
     shutil.move(html, out)
     (out / ".buildinfo").unlink(missing_ok=True)
+    if (out / "_sources").is_dir() and not any((out / "_sources").iterdir()):
+        (out / "_sources").rmdir()  # Sphinx makes it even when it copies no source (html_copy_source)
     (out / ".nojekyll").touch()  # GitHub Pages: serve _static/ and _images/ as they are
     print(f"course site: {out} in {time.perf_counter() - start:.0f} s; open {out / 'index.html'}", flush=True)
     return out
