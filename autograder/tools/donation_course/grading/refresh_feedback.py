@@ -192,6 +192,10 @@ def main(argv: list[str]) -> int:
         unknown = sorted(set(args.student or ()) - {c.student for c in changed_students(course, everyone=True)})
         if unknown:
             raise CourseError(f"--student {', '.join(unknown)}: not in the gradebook of {course.root}")
+        # nothing nbgrader could make feedback from: no notebook of theirs was autograded (invalid files)
+        ungraded = [c.student for c in changes if not (course.root / "autograded" / c.student / course.assignment
+                                                       ).is_dir()]
+        changes = [c for c in changes if c.student not in ungraded]
         ready = [c for c in changes if args.include_waiting or not c.waiting]
         waiting = [f"{c.student} ({c.waiting} cell(s))" for c in changes if c not in ready]
         if args.dry_run:
@@ -204,6 +208,7 @@ def main(argv: list[str]) -> int:
     which = "" if args.all else " whose grades changed"
     print(f"feedback made again for {len(done)} student(s){which}: {', '.join(done) or 'nobody'}"
           + (f"; still waiting for manual grading, left for later: {', '.join(waiting)}" if waiting else "")
+          + (f"; nothing autograded to make feedback from: {', '.join(ungraded)}" if ungraded else "")
           + f"; pages: {out / 'feedback'}; to students: nbgrader release_feedback {course.assignment}; "
           f"grades and LMS import files written again: {out}")
     if failed:
