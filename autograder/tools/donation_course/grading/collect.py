@@ -159,7 +159,7 @@ def notebook_problem(path: Path) -> str | None:
     except ValueError as exc:
         cut = " (cut off: the upload or the save did not finish?)" if "Unterminated" in str(exc) or \
             getattr(exc, "pos", 0) >= len(text.rstrip()) else ""
-        return f"not a notebook: broken JSON at line {getattr(exc, 'lineno', '?')}{cut}"
+        return f"not valid notebook JSON (broken at line {getattr(exc, 'lineno', '?')}){cut}"
     if not isinstance(value, dict):
         return f"not a notebook: its JSON is a {type(value).__name__}, not an object"
     if "nbformat" not in value:
