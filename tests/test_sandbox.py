@@ -14,6 +14,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
+from donation_course.grading.audit import end_source
 from donation_course.grading.scan import scan_notebook, scan_source
 from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
 
@@ -108,6 +109,7 @@ from jupyter_client.manager import KernelManager
 from donation_course.grading.settings import GradingSettings
 from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_student_dir, use_kernel_settings
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
+os.environ["DONATION_LAB_AUDIT_END"] = {TOKEN!r}  # as audit_log.MarkNotebookEnd sets it
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
 from donation_course.grading.scan import ALLOWED_MODULES
 from donation_course.grading.audit_log import parsed_digests
@@ -175,6 +177,34 @@ for where in (".", "/tmp"):
         if "stopped" in line:
             assert 128 <= int(line.split()[-2]) <= 256, out
     assert not list(cwd.glob("fill-*")), "the kernel's writes reached the real working folder"
+
+
+@needs_bwrap
+def test_the_kernels_runtime_folder_is_a_small_tmpfs_and_its_writes_never_reach_the_grader(tmp_path):
+    """The folder that holds the connection file and the sockets is a tmpfs of sandbox.RUNTIME_BYTES inside (the
+    grader reaches the sockets through links): 600 MB written there stop at its cap, and none of it is outside."""
+    from donation_course.grading.sandbox import RUNTIME_BYTES
+
+    code = """
+import errno, os, sys
+runtime = os.path.dirname(sys.argv[sys.argv.index("-f") + 1])
+written = 0
+try:
+    for i in range(10):
+        with open(os.path.join(runtime, f"fill-{i}"), "wb") as fh:
+            fh.write(b"x" * (60 << 20))
+        written += 60 << 20
+except OSError as exc:
+    print("runtime stopped", errno.errorcode[exc.errno], written, "bytes")
+try:
+    open(os.path.join(runtime, "connection.json"), "a").write("x")
+except OSError as exc:
+    print("connection file", errno.errorcode[exc.errno])
+print("runtime holds", sorted(n for n in os.listdir(runtime) if not n.startswith("kernel-ipc")))
+"""
+    course, cwd, out = run_in_sandbox(tmp_path, code)
+    assert "runtime stopped ENOSPC" in out and "connection file EROFS" in out, out
+    assert int(out.split("runtime stopped ENOSPC ")[1].split()[0]) <= RUNTIME_BYTES, out
 
 
 @needs_bwrap
@@ -369,7 +399,8 @@ def test_feedback_strips_what_learner_code_printed_in_grade_cells_and_server_pat
 
 # --- the runtime audit (audit.py) ----------------------------------------------------
 
-END = "# the grader's audit: end of notebook\npass"
+TOKEN = "0123456789abcdef0123456789abcdef"  # this file's kernels' end token (run_in_sandbox)
+END = end_source(TOKEN)
 
 
 def audit_of(out: str) -> list:
@@ -422,9 +453,12 @@ def test_the_audit_is_silent_on_honest_code_and_library_internals(tmp_path):
               "%timeit -n 3 -r 1 update(jnp.ones(3), jnp.ones(3))",
               "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
               "open('result.txt', 'w').write('mine')",
+              "from __future__ import annotations\n\ndef typed(x: jax.Array) -> jax.Array:\n    return x",
+              "# the grader's audit: end of notebook\npass",  # its old text: now a learner's cell like any other
               END]
     course, cwd, out = run_in_sandbox(tmp_path, honest)
     assert events(out) == [], out[-3000:]
+    assert audit_verdict(out, honest[:-1], []) == [], out[-3000:]
     kinds = [r["kind"] for r in audit_of(out)[0]["records"]]
     assert kinds[0] == "start" and "tamper" not in kinds and kinds.count("cell") == len(honest), kinds
 
@@ -450,6 +484,36 @@ def test_replacing_a_hidden_check_or_checks_through_a_namespace_is_a_tamper_reco
     course, cwd, out = run_in_sandbox(tmp_path / "c", constant)
     tampers = [w for r in audit_of(out)[0]["records"] if r["kind"] == "tamper" for w in r["what"]]
     assert "donation_course.hidden.capstone.BETA" in tampers, out[-2000:]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("family, code, seen", [
+    ("the body a check's wrapper holds in its closure",
+     "import donation_course.hidden.exercise as h\n"
+     "held = dict(zip(h.check_values.__code__.co_freevars, h.check_values.__closure__))['body']\n"
+     "held.cell_contents = lambda *a, **k: 'every case is right'",
+     "donation_course.hidden.exercise.check_values (code or closure)"),
+    ("the originals the checks put back", "import donation_course.hidden.safe as s\n"
+     "s._ORIGINAL[('numpy', 'allclose')] = (s.np, 'allclose', lambda *a, **k: True)",
+     "donation_course.hidden.safe._ORIGINAL (contents)"),
+    ("a __future__ feature", "from __future__ import barry_as_FLUFL", "a __future__ feature"),
+])
+def test_what_a_check_runs_is_in_the_snapshot_closures_and_tables_included(tmp_path, family, code, seen):
+    """Red-team (issue 32): a closure cell and a table's item are rebound with no audit event, and no module global
+    changes; the snapshot holds both. So does the kernel's compiler flags (a __future__ feature)."""
+    course, cwd, out = run_in_sandbox(tmp_path, ["from donation_lab import checks", code, "x = 1", END])
+    tampers = [w for r in audit_of(out)[0]["records"] if r["kind"] == "tamper" for w in r["what"]]
+    assert any(seen in w for w in tampers), (family, tampers, out[-1500:])
+
+
+@needs_bwrap
+def test_no_program_runs_even_from_code_that_raises_no_audit_event(tmp_path):
+    """libc's system() through ctypes forks and execs with no audit event (ctypes itself is recorded): the kernel's
+    seccomp filter makes the exec fail, so the program never runs."""
+    cells = ["import ctypes\nstatus = ctypes.CDLL(None).system(b'touch ran-by-libc')",
+             "import os\nprint('libc ran it', os.path.exists('ran-by-libc'), status != 0)", END]
+    course, cwd, out = run_in_sandbox(tmp_path, cells)
+    assert "libc ran it False True" in out, out[-2000:]
 
 
 @needs_bwrap
@@ -492,6 +556,31 @@ def test_a_cell_is_the_courses_only_if_its_text_is_exactly_the_courses(tmp_path)
     assert events(out) == ["gc.get_objects"], events(out)
 
 
+def audit_verdict(out: str, cells: list, course_cells: list) -> list:
+    """The grader's flags for one kernel's records (audit_log.kernel_flags), with the scan's reading of the
+    learner's `cells` (scan.read_notebook; `course_cells` are the release's, the course's own)."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from donation_course.grading.audit_log import kernel_flags
+    from donation_course.grading.scan import read_notebook
+
+    scanned = read_notebook(new_notebook(cells=[new_code_cell(c) for c in cells]), "nb",
+                            new_notebook(cells=[new_code_cell(c) for c in course_cells]))
+    kernel = audit_of(out)[0] if audit_of(out) else {"records": [], "bad": 0}
+    return [f.reason for f in kernel_flags(kernel["records"], kernel["bad"], "nb", {}, None, scanned)]
+
+
+# what the audit's verdict says for the forgeries written against it (issue #32); every other forgery is seen too,
+# but two that are no audit matter. first_output's display-hook output comes first in the grade cell, and the scores
+# follow the checks' signed passes whatever the outputs' order (test_scores_follow_signed_passes_not_the_order_of_
+# outputs). future_feature turns on features that are no-ops on this Python (they set no compiler flag: nothing
+# changes at run time; the one that does, barry_as_FLUFL, is a tamper record:
+# test_what_a_check_runs_is_in_the_snapshot_closures_and_tables_included); the scan's rule is their layer.
+SEEN_AS = {"future_barry": "(code or closure)", "self_inject": "the static scan never read",
+           "ffmpeg_shell": "starts a process", "fake_end": "stopped before the notebook's end"}
+SCORED_NOT_SEEN = {"first_output", "future_feature"}
+
+
 @needs_bwrap
 @pytest.mark.parametrize("forgery", sorted(p.stem for p in corpus.FORGERIES.glob("*.cell")))
 def test_every_red_team_forgery_is_seen_at_run_time_too(tmp_path, forgery):
@@ -500,10 +589,41 @@ def test_every_red_team_forgery_is_seen_at_run_time_too(tmp_path, forgery):
     setup = "import functools\nimport jax\nimport jax.numpy as jnp\nfrom donation_lab import checks"
     graded = ("import donation_course.hidden.exercise as h\nfor f in (h.check_example, h.check_values):\n"
               "    try:\n        f(update_with_donate)\n    except AssertionError as e:\n        print(e)")
-    answer = (corpus.FORGERIES / f"{forgery}.cell").read_text(encoding="utf-8")
-    course, cwd, out = run_in_sandbox(tmp_path, [setup, answer, graded, END], trusted=[setup, graded, END])
-    seen = [r for r in audit_of(out)[0]["records"] if r["kind"] in ("event", "tamper")]
-    assert seen, out[-3000:]
+    answer = (corpus.FORGERIES / f"{forgery}.cell").read_text(encoding="utf-8").split(corpus.NEXT_CELL)
+    cells = [setup, *answer, graded, graded, END]  # the graded cell twice: a request sent meanwhile runs between
+    course, cwd, out = run_in_sandbox(tmp_path, cells, trusted=[setup, graded, END])
+    flags = audit_verdict(out, cells[:-1], [setup, graded])
+    if forgery in SCORED_NOT_SEEN:
+        return
+    assert flags, out[-3000:]
+    assert forgery not in SEEN_AS or any(SEEN_AS[forgery] in f for f in flags), (flags, out[-3000:])
+
+
+@needs_bwrap
+def test_a_cell_runs_only_if_the_scan_read_it_and_a_typo_cell_is_never_flagged(tmp_path):
+    """A cell the scan did not read (one it could not parse, or one that was never in the notebook: an execute
+    request from elsewhere) that runs flags the notebook; a cell with a typo that neither can parse does not."""
+    cells = ["x = 1", "print(x", "y = x + 1\nprint('y', y)", END]
+    course, cwd, out = run_in_sandbox(tmp_path, cells)
+    assert "y 2" in out, out[-2000:]
+    assert audit_verdict(out, cells[:-1], []) == [], out[-2000:]
+    unseen = audit_verdict(out, cells[:2], [])  # the third cell ran, but was not in the notebook the scan read
+    assert len(unseen) == 1 and "the static scan never read" in unseen[0], unseen
+
+
+@needs_bwrap
+def test_no_process_starts_once_the_kernel_is_up_whatever_is_on_the_stack(tmp_path):
+    """A process asked for by a thread (no learner frame on its stack) or by a library is refused and recorded;
+    matplotlib, which would run fc-list for its font list, finds a ready one and starts nothing."""
+    cells = ["import os, threading\nt = threading.Thread(target=os.system, args=('touch ran-by-thread',))\n"
+             "t.start()\nt.join()",
+             "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+             "plt.title('fonts')\nplt.gcf().canvas.draw()",
+             "print('thread ran it', os.path.exists('ran-by-thread'))", END]
+    course, cwd, out = run_in_sandbox(tmp_path, cells)
+    assert "thread ran it False" in out, out[-2000:]
+    started = [e for e in events(out) if "starts a process" in e]
+    assert len(started) == 1 and "os.system touch ran-by-thread" in started[0], events(out)
 
 
 @needs_bwrap
@@ -534,11 +654,11 @@ def test_a_forged_pass_line_is_seen_by_a_grader_that_never_imported_the_checks()
     script = textwrap.dedent(r'''
         import json, sys
         from nbformat.v4 import new_code_cell, new_output
-        from donation_course.grading.audit_log import END_SOURCE, cell_hash, kernel_flags, pass_lines
+        from donation_course.grading.audit_log import kernel_flags, pass_lines
         cell = new_code_cell("_dl_hidden.check_values(update_with_donate)")
         cell.outputs = [new_output("stream", name="stdout", text="\u2714 values: every case is right\n")]
         passes = pass_lines(cell)
-        end = {"kind": "cell", "cell": cell_hash(END_SOURCE)}
+        end = {"kind": "end", "cell": "1"}
         forged = kernel_flags([end], 0, "07", {}, passes)
         signed = kernel_flags([end, {"kind": "check", "name": "values"}], 0, "07", {}, passes)
         print(json.dumps([dict(passes), [f.reason for f in forged], [f.reason for f in signed],
@@ -603,3 +723,68 @@ def test_kernels_that_cannot_start_stop_the_run_loudly_and_record_nobody(tmp_pat
     assert "Traceback" not in r.stderr
     assert read_grades(course / ".grading" / "grades.csv") == {}
     assert gradebook_scores(course) == {}
+
+
+# --- scores: the checks' signed passes, never the order of outputs (audit_log.ScoreFromSignedPasses) --------------
+
+def _scored(tmp_path, monkeypatch, outputs, signed=(), end=True):
+    """nbgrader's score of the exercise's ex-values grade cell with `outputs`, after ScoreFromSignedPasses, given a
+    kernel log (signed as the audit signs) whose end record is this notebook's (`end`) and in which the check
+    'values' signed a pass in that cell (`signed`)."""
+    import hashlib
+    import hmac
+
+    from nbgrader.utils import determine_grade
+
+    from donation_course.grading.audit import end_digests
+    from donation_course.grading.audit_log import END_TOKEN, ScoreFromSignedPasses, cell_hash
+    from donation_course.grading.settings import STUDENT_DIR_ENV
+
+    nb = nbformat.read(ROOT / "autograder" / "source" / ASSIGNMENT / f"{EX}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-values")
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    key, token = b"k" * 32, "feedbeef" * 4
+    records = [{"kind": "start"}, *({"kind": "check", "cell": cell_hash(cell.source), "name": n} for n in signed)]
+    records += [{"kind": "end", "cell": "9", "sha": end_digests(token if end else "another")[0]}]
+    lines = [json.dumps(dict(r, seq=i), sort_keys=True) for i, r in enumerate(records)]
+    (tmp_path / "audit-1.log").write_text("".join(
+        f"{ln}\t{hmac.new(key, ln.encode(), hashlib.sha256).hexdigest()}\n" for ln in lines))
+    (tmp_path / "audit-1.key").write_text(key.hex())
+    monkeypatch.setenv(STUDENT_DIR_ENV, str(tmp_path))
+    ScoreFromSignedPasses().preprocess(nb, {END_TOKEN: token})
+    return determine_grade(cell)[0]
+
+
+PASS_LINE = {"output_type": "stream", "name": "stdout", "text": "\u2714 values: every case is right\n"}
+FIRST = {"output_type": "execute_result", "execution_count": 1, "metadata": {}, "data": {"text/plain": "'looks right'"}}
+ERROR = {"output_type": "error", "ename": "HiddenCheckFailed", "evalue": "\u2718 values: wrong", "traceback": []}
+
+
+@pytest.mark.parametrize("case, outputs, signed, end, points", [
+    ("signed pass", [PASS_LINE], ["values"], True, 3),
+    ("display hook first, then the check's error", [FIRST, ERROR], [], True, 0),
+    ("display hook first, signed pass after", [FIRST, PASS_LINE], ["values"], True, 3),
+    ("a pass line nobody signed", [PASS_LINE], [], True, 0),
+    ("display hook output alone, nothing signed", [FIRST], [], True, 0),
+    ("another check signed here", [PASS_LINE], ["training loop"], True, 0),
+    ("the log is not this notebook's", [PASS_LINE], ["values"], False, 0),
+])
+def test_scores_follow_signed_passes_not_the_order_of_outputs(tmp_path, monkeypatch, case, outputs, signed, end,
+                                                              points):
+    assert _scored(tmp_path, monkeypatch, outputs, signed, end) == points, case
+
+
+def test_without_the_audit_only_the_learners_execute_results_are_dropped(tmp_path, monkeypatch):
+    """Audit off (no log at all): the signed passes cannot be read, so they decide nothing; an execute_result put
+    before the check's error still does not count."""
+    from donation_course.grading.audit_log import END_TOKEN, ScoreFromSignedPasses
+    from donation_course.grading.settings import STUDENT_DIR_ENV
+    from nbgrader.utils import determine_grade
+
+    nb = nbformat.read(ROOT / "autograder" / "source" / ASSIGNMENT / f"{EX}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-values")
+    monkeypatch.setenv(STUDENT_DIR_ENV, str(tmp_path))
+    for outputs, points in (([PASS_LINE], 3), ([FIRST, ERROR], 0)):
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]
+        ScoreFromSignedPasses().preprocess(nb, {END_TOKEN: "feedbeef"})
+        assert determine_grade(cell)[0] == points, outputs

@@ -358,6 +358,31 @@ FAMILIES = {
         "timeit(update_with_donate)\n",  # automagic: %timeit (update_with_donate)
         "time.sleep(0.1)\n", "ls = [1, 2]\n", "history, best = [], None\n",  # not automagic (IPython's own rules)
     ]),
+    "__future__ features other than annotations (issue 32: one changes how later cells parse)": ([
+        "from __future__ import barry_as_FLUFL\n",
+        "from __future__ import annotations, barry_as_FLUFL\n",
+        "from __future__ import generator_stop\n",
+        "from __future__ import nested_scopes as n\n",
+        "x = 1\nfrom __future__ import division\n",  # IPython compiles each statement alone: it takes effect
+        "from __future__ import braces\n",
+    ], [
+        "from __future__ import annotations\n",
+        "from __future__ import annotations\n\ndef f(x: jax.Array) -> jax.Array:\n    return x\n",
+        "import dataclasses\nfrom typing import Optional\n",
+    ]),
+    "programs matplotlib starts, and the files it writes (issue 32: its animation writers run rcParams' paths)": ([
+        "matplotlib.rcParams['animation.ffmpeg_path'] = '/bin/sh'\n",
+        "plt.rcParams['animation.convert_path'] = 'sh'\n",
+        "from matplotlib.animation import FFMpegWriter\n",
+        "w = matplotlib.animation.ImageMagickWriter(fps=1)\n",
+        "anim.to_html5_video()\n",
+        "from matplotlib import font_manager\nfont_manager.json_dump({}, 'x')\n",
+        "matplotlib.animation.writers['ffmpeg']\n",
+    ], [
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.title('loss')\nplt.show()\n",
+        "matplotlib.rcParams['figure.figsize'] = (4, 3)\n",
+        "from matplotlib import animation\nanim = animation.FuncAnimation(fig, step, frames=3)\nhtml = anim.to_jshtml()\n",
+    ]),
 }
 ATTACKS = [(family, source) for family, (bad, _) in FAMILIES.items() for source in bad]
 CONTROLS = [(family, source) for family, (_, good) in FAMILIES.items() for source in good]
@@ -475,3 +500,27 @@ def test_a_cell_nbgrader_runs_as_code_is_read_whatever_its_type():
                 cell(nbformat.v4.new_markdown_cell, bad, "ex-written", solution=True),
                 cell(nbformat.v4.new_markdown_cell, "import jax\n", "ex-answer", solution=True)]
     assert scan_notebook(nb, "07", release) == []
+
+
+def test_cells_are_parsed_in_order_with_the_future_flags_of_the_cells_before_them():
+    """IPython keeps a `from __future__` flag for later cells: a cell that parses only under barry_as_FLUFL is read
+    (and flagged) after the cell that turns it on; a cell the scan cannot parse is named as unread, not flagged
+    (the audit flags it if the kernel runs it: tests/test_sandbox.py)."""
+    from donation_course.grading.audit_log import parsed_digests
+    from donation_course.grading.scan import read_notebook
+
+    later = "if 1 <> 2:\n    x = getattr(jnp, 'all' + 'close')\n"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from __future__ import barry_as_FLUFL\n"), nbformat.v4.new_code_cell(later)]
+    found = read_notebook(nb, "07")
+    assert any("barry_as_FLUFL" in f.reason for f in found.flags), found.flags
+    assert any("getattr" in f.reason for f in found.flags), found.flags  # the second cell was read
+    assert parsed_digests(later) <= found.read and not found.unread
+    nb.cells = nb.cells[1:]  # without the flag the kernel cannot parse it either: unread, not flagged
+    found = read_notebook(nb, "07")
+    assert found.flags == [] and set(found.unread) == parsed_digests(later) and not found.read
+    assert "cannot parse" in next(iter(found.unread.values())).reason
+    nb.cells = [nbformat.v4.new_code_cell("from __future__ import annotations\n"),
+                nbformat.v4.new_code_cell("x = 1 != 2\n")]
+    found = read_notebook(nb, "07")
+    assert found.flags == [] and not found.unread and len(found.read) >= 2

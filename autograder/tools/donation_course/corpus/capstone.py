@@ -81,6 +81,10 @@ FAILS = {
                            ["cap-nan-hunt", "cap-loop"]),
     "cap-unanswered":   (None, GRADE_IDS),  # every check fails
 }
+# Forgeries of the capstone written against the checks (corpus/forgeries/*.capstone): each donates nothing, and
+# must earn what an honest non-donating step earns (cap-nodonate), unflagged (nothing in them is tampering)
+FAILS |= {f"cap-forged-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf-8"), exercise_corpus.NOT_DONATING)
+          for path in sorted(exercise_corpus.FORGERIES.glob("*.capstone"))}
 # student: (capstone answer source, expected capstone points, grade ids that must lose points)
 CASES = {student: (answer, exercise_corpus.capstone_points(failed), failed)
          for student, (answer, failed) in FAILS.items()}

@@ -13,7 +13,15 @@ append-only file outside the sandbox, each line signed with the key
 - `cell`: a notebook cell starts (by the hash ipykernel names it with);
   before it starts, the hidden checks and `checks` are compared with the
   snapshot, and a `tamper` record names whatever was replaced;
-- `event`: an audit event caused by learner code, with the cell and line.
+- `run`: a cell that is not the course's runs, with the SHA-256 of the text
+  IPython parsed: the grader flags any the static scan did not read (one it
+  could not parse, or one sent by another process over the connection file);
+- `event`: an audit event caused by learner code, with the cell and line;
+  and every process start once the kernel is up, whatever is on the stack,
+  which is refused (PermissionError) as well as recorded;
+- `end`: the grader's last cell ran. Its text holds a per-kernel random token
+  that only the grader knows (the configuration holds only its digests), so
+  no learner cell can end the audit early.
 
 Learner code is a notebook cell whose source is not the course's own (the
 release's cells, the source's grade cells: `trusted`), or a function it
@@ -34,14 +42,35 @@ from .audit_policy import (
     LIBRARY_CALLBACKS,
     MAGICS_ALLOWED,
     PATH_EVENTS,
+    PROCESSES,
     RULES,
-    SPAWNS,
+    filled_once,
+    function_state,
+    same_contents,
+    same_state,
     session_state,
     snapshot,
 )
 
 
-def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir: str) -> None:
+END_ENV = "DONATION_LAB_AUDIT_END"  # the grader's per-notebook token, read by the launcher outside the sandbox
+
+
+def end_source(token: str) -> str:
+    """The grader's last cell (audit_log.MarkNotebookEnd): its text holds the token, so only the grader can write it."""
+    return f"# the grader's audit: end of notebook {token}\npass"
+
+
+def end_digests(token: str) -> list:
+    """SHA-256 of the texts IPython may parse for end_source(token) (as audit_log.parsed_digests, without IPython)."""
+    import hashlib
+
+    text = end_source(token)
+    return sorted({hashlib.sha256(t.encode()).hexdigest() for t in (text, text + "\n", text + "\n\n")})
+
+
+def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir: str,
+            ends: frozenset = frozenset()) -> None:
     import builtins
     import hashlib
     import hmac
@@ -52,7 +81,8 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
 
     # the policy, bound into this closure: rebinding audit_policy's globals later changes nothing here
     rules, direct, code_events, generators, check_event = dict(RULES), DIRECT, CODE_EVENTS, GENERATORS, CHECK_EVENT
-    path_events, dangerous, spawns, magics_allowed = PATH_EVENTS, DANGEROUS, SPAWNS, MAGICS_ALLOWED
+    path_events, dangerous, processes, magics_allowed = PATH_EVENTS, DANGEROUS, PROCESSES, MAGICS_ALLOWED
+    fingerprint, same, same_table, first_fill = function_state, same_state, same_contents, filled_once
     take_state, names, libraries, the_sys = session_state, BUILTINS, LIBRARY_CALLBACKS, sys
 
     def state_of(shell):
@@ -64,11 +94,14 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
     sign, sha256, dumps = hmac.new, hashlib.sha256, json.dumps
     cell_name = re.compile(r"/ipykernel_\d+/(\d+)\.py$").search
     shot = snapshot(modules)
+    array_class = modules["jax._src.array"].ArrayImpl  # what safe._ARRAY_CLASS is filled with on first use
+    trusted = trusted | ends
     checks_module = shot["donation_lab.checks"][0]
     ok_code = shot["donation_course.hidden.safe"][3]["ok"][0]
     run_code = shot["donation_course.hidden.exercise"][2]["check_values"].__code__  # @check's wrapper
     state = {"busy": False, "seq": 0, "cell": "", "user_ns": None, "shell": None, "session": None}
     trusted_files = set()  # cells whose source, as IPython parsed it, is exactly one of the course's
+    digests, ran = {}, set()  # cell file -> SHA-256 of the text parsed; (file, digest) of the cells recorded as run
     writable = (realpath(workdir), "/tmp", "/dev/null")
     installed = tuple(sorted({realpath(p) + "/" for p in (sys.prefix, sys.base_prefix, *(
         os.path.dirname(os.path.dirname(modules[m].__file__)) for m in ("donation_lab.checks",
@@ -98,7 +131,8 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             while f is not None and not learner(f):
                 f = f.f_back
             text = source if isinstance(source, bytes) else source.encode()
-            if f is None and sha256(text).hexdigest() in trusted:
+            digests[filename] = digest = sha256(text).hexdigest() if f is None else ""
+            if f is None and digest in trusted:
                 trusted_files.add(filename)
             else:
                 trusted_files.discard(filename)
@@ -107,12 +141,13 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
 
     def tampered():
         out = []
-        for name, (mod, namespace, values, codes) in shot.items():
+        for name, (mod, namespace, values, codes, tables) in shot.items():
             if modules.get(name) is not mod:
                 out.append(name)
             out += [f"{name}.{k}" for k, v in values.items() if namespace.get(k) is not v]
-            out += [f"{name}.{k} (code)" for k, (c, d, kw) in codes.items()
-                    if (values[k].__code__, values[k].__defaults__, values[k].__kwdefaults__) != (c, d, kw)]
+            out += [f"{name}.{k} (code or closure)" for k, was in codes.items() if not same(fingerprint(values[k]), was)]
+            out += [f"{name}.{k} (contents)" for k, was in tables.items()
+                    if not same_table(was, values[k]) and not first_fill(was, values[k], array_class)]
         user_ns = state["user_ns"]
         if user_ns is not None and "checks" in user_ns and user_ns["checks"] is not checks_module:
             out.append("checks (the notebook's name for donation_lab.checks)")
@@ -127,6 +162,13 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
         found = cell_name(code.co_filename)
         if not found or frame is None:
             return
+        name = code.co_filename
+        if name not in trusted_files and (name, digests.get(name, "")) not in ran:
+            ran.add((name, digests.get(name, "")))  # once per text: a cell runs one exec per statement
+            record("run", cell=found.group(1), sha=digests.get(name, ""))
+        elif name in trusted_files and digests.get(name) in ends and (name, "end") not in ran:
+            ran.add((name, "end"))
+            record("end", cell=found.group(1), sha=digests[name])
         if state["user_ns"] is None and frame.f_code.co_name == "run_code":
             shell = frame.f_locals["self"]  # the first cell: no learner code has run
             state["user_ns"], state["shell"], state["session"] = shell.user_ns, shell, state_of(shell)
@@ -199,8 +241,6 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
                     "<frozen importlib")) and library_code(event, args):
                 return None  # an import runs a module's code, from a file no submission can write
             return outer, f"{event} of code built at run time" + (f" (in {module})" if caller is None else "")
-        if event in spawns and library_between(frame):
-            return None  # a library the learner may use runs a helper (matplotlib's fc-list)
         return outer, event + (f" {os.fsdecode(args[0])}" if event in path_events and isinstance(args[0], str) else "")
 
     def settled_here(event, args, frame):
@@ -250,14 +290,15 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             folders[folder] = realpath(folder)
         return folders[folder] + "/" + name
 
-    def library_between(frame):
-        """An allowed library's frame lies between the event and the nearest learner frame."""
-        f = frame
-        while f is not None and not learner(f):
-            if f.f_globals.get("__name__", "").split(".")[0] in allowed:
-                return True
-            f = f.f_back
-        return False
+    def on_process(event, args, frame):
+        """Any process start once the kernel is up: recorded where it came from, and refused."""
+        f, where = frame, None
+        while f is not None and where is None:
+            where, f = learner(f), f.f_back
+        cell, line = where or (state["cell"], 0)
+        shown = " ".join(os.fsdecode(a) if isinstance(a, (str, bytes)) else repr(a)[:80] for a in args[:2])
+        record("event", cell=cell, line=line, what=f"starts a process: {event} {shown}"[:300])
+        raise PermissionError(f"the grader's sandbox starts no process ({event})")
 
     def on_check(args, frame):
         """A hidden check passed and is about to print its ✔ line (safe.ok): compare the snapshot
@@ -278,6 +319,8 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             frame = getframe(1)
             if event == check_event:
                 return on_check(args, frame)
+            if event in processes:  # once the kernel is up: its first cell has started (start-up is the grader's)
+                return on_process(event, args, frame) if state["shell"] is not None else None
             verdict = judge(event, args, frame)
             if verdict is not None:
                 (cell, line), what = verdict
@@ -291,6 +334,37 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
     record("start", pid=os.getpid())
 
 
+# seccomp: (AUDIT_ARCH_*, execve, execveat) per machine; other machines go without the filter
+_EXEC_CALLS = {"x86_64": (0xC000003E, 59, 322), "aarch64": (0xC00000B7, 221, 281)}
+
+
+def forbid_exec() -> bool:
+    """Load a seccomp filter that makes execve and execveat fail with EPERM in this process and every process
+    or thread it starts (kept across fork). The audit refuses the process starts that raise an audit event;
+    this stops those that raise none (C code: _posixsubprocess, libc's system through ctypes) from running any
+    program. Loaded once the kernel's own exec is done, before ipykernel starts. Returns whether it was loaded."""
+    import ctypes
+    import os
+    import struct
+
+    machine = _EXEC_CALLS.get(os.uname().machine)
+    if machine is None:
+        return False
+    arch, execve, execveat = machine
+    op = lambda code, k, jt=0, jf=0: struct.pack("HBBI", code, jt, jf, k)  # noqa: E731  (struct sock_filter)
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    program = b"".join([op(ld, 4), op(jeq, arch, 1, 0), op(ret, allow),  # seccomp_data.arch
+                        op(ld, 0), op(jeq, execve, 2, 0), op(jeq, execveat, 1, 0), op(ret, allow),  # .nr
+                        op(ret, eperm)])
+    code = ctypes.create_string_buffer(program)
+    fprog = struct.pack("HxxxxxxP", len(program) // 8, ctypes.addressof(code))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    return libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 def main() -> None:
     import json
     import os
@@ -301,9 +375,10 @@ def main() -> None:
     with os.fdopen(config_fd, "r") as fh:
         config = json.load(fh)
     install(fd, bytes.fromhex(config["key"]), frozenset(config["trusted"]), frozenset(config["allowed"]),
-            os.getcwd())
+            os.getcwd(), frozenset(config.get("end", ())))
     if sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]  # as ipykernel_launcher: the working folder's files are not modules
+    forbid_exec()
     sys.argv = [sys.argv[0], *rest]
     from ipykernel import kernelapp
 

@@ -36,28 +36,75 @@ PATH_EVENTS = ("os.truncate", "os.remove", "os.rename", "os.rmdir", "os.chmod", 
 # Modules never imported on a learner's behalf, however indirectly
 DANGEROUS = frozenset({"ctypes", "_ctypes", "subprocess", "_posixsubprocess", "socket", "_socket", "pty", "pickle",
                        "_pickle", "marshal", "multiprocessing", "cffi", "dill", "cloudpickle", "shelve"})
-# Process events a library the learner may import can cause on its own behalf
-SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork")
+# Process events: none may happen once the kernel is up, whoever asks (refused and recorded, whatever is on the
+# stack: a library's helper process is as much a process as the learner's)
+PROCESSES = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system", "os.spawn")
 WATCHED = ("donation_course.hidden.safe", "donation_course.hidden.exercise", "donation_course.hidden.capstone",
            "donation_course.hidden.debugging", "donation_lab.checks")
 MAGICS_ALLOWED = ("time", "timeit")
 
 
+def function_state(f, depth: int = 1) -> tuple:
+    """What decides what a function runs: its code, defaults and the objects its closure holds (a closure cell can be
+    rebound with no audit event: @check's wrapper holds the check's body so), and theirs for functions it closes over."""
+    import types
+
+    held = []
+    for cell in f.__closure__ or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            held.append(None)
+    inner = tuple(function_state(h, depth - 1) for h in held if isinstance(h, types.FunctionType)) if depth else ()
+    return (f.__code__, f.__defaults__, f.__kwdefaults__, tuple(held), inner)
+
+
+def same_state(a, b) -> bool:
+    """Two function_state tuples hold the same objects (compared by identity, not by their ==)."""
+    return len(a) == len(b) and all(x is y if not isinstance(x, tuple) else
+                                    isinstance(y, tuple) and same_state(x, y) for x, y in zip(a, b))
+
+
+def contents(value):
+    """A shallow copy of a container global (the same items): filling a table the checks read (safe's originals)
+    rebinds nothing, so the snapshot keeps its items too. None for anything else."""
+    if type(value) is dict:
+        return dict(value)
+    if type(value) in (list, set):
+        return list(value)
+    return None
+
+
+def same_contents(before, now) -> bool:
+    if type(before) is dict:
+        return type(now) is dict and before.keys() == now.keys() and all(before[k] is now[k] for k in before)
+    now = list(now) if type(now) in (list, set) else None
+    return now is not None and len(before) == len(now) and (
+        all(x is y for x, y in zip(before, now)) or set(map(id, before)) == set(map(id, now)))
+
+
 def snapshot(modules):
-    """{module name: (module, its dict, {global name: value}, {function name: (code, defaults, kwdefaults)})}."""
+    """{module name: (module, its dict, {global name: value}, {function name: function_state},
+    {global name: contents})}."""
     import types
 
     shot = {}
-    for name in WATCHED:
+    for name in WATCHED:  # all imported first: importing one fills tables of another (@check adds to safe.NAMES)
         __import__(name)
+    for name in WATCHED:
         mod = modules[name]
         # every global the module binds (functions, modules, and the constants the checks read:
         # capstone.BETA, exercise.LARGE...), not the import machinery's dunders
         values = {k: v for k, v in vars(mod).items() if not (k.startswith("__") and k.endswith("__"))}
-        codes = {k: (v.__code__, v.__defaults__, v.__kwdefaults__) for k, v in values.items()
-                 if isinstance(v, types.FunctionType)}
-        shot[name] = (mod, vars(mod), values, codes)
+        codes = {k: function_state(v) for k, v in values.items() if isinstance(v, types.FunctionType)}
+        tables = {k: c for k, v in values.items() if (c := contents(v)) is not None}
+        shot[name] = (mod, vars(mod), values, codes, tables)
     return shot
+
+
+def filled_once(before, now, array_class) -> bool:
+    """safe._ARRAY_CLASS: empty at kernel start, filled on first use with JAX's own array class, and only with it."""
+    return type(before) is list and not before and type(now) is list and len(now) == 1 and now[0] is array_class
 
 
 
@@ -65,6 +112,8 @@ def session_state(shell, sys, builtins, names, libraries):
     """What decides which code a cell runs and where its output and errors go: IPython's
     transformers, hooks and handlers, the kernel's and session's methods, sys's streams, builtins."""
     found = {f"sys.{k}": id(getattr(sys, k)) for k in ("stdout", "stderr", "displayhook")}
+    # a `from __future__` feature other than annotations changes how every later cell parses (barry_as_FLUFL)
+    found["shell.compile.flags (a __future__ feature)"] = shell.compile.flags & ~0x1000000  # CO_FUTURE_ANNOTATIONS
     found |= {f"builtins.{k}": id(v) for k, v in vars(builtins).items() if k in names}
     for k in ("input_transformers_post", "input_transformers_cleanup", "ast_transformers", "custom_exceptions"):
         found[f"shell.{k}"] = tuple(id(x) for x in getattr(shell, k, ()))

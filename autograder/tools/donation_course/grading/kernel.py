@@ -15,6 +15,7 @@ instead of taking the machine (or the other workers) down.
 import json
 import os
 import resource
+import shutil
 import sys
 from pathlib import Path
 
@@ -48,8 +49,12 @@ def _audit_channel(settings: KernelSettings, student_dir: Path) -> list:
     (student_dir / f"audit-{os.getpid()}.key").write_text(key.hex())
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     read, write = os.pipe()
+    from .audit import END_ENV, end_digests
+
+    token = os.environ.get(END_ENV, "")  # the grader's last cell's token (audit_log.MarkNotebookEnd): only digests pass
     config = json.dumps({"key": key.hex(), "trusted": list(settings.trusted_cells),
-                         "allowed": list(settings.allowed_modules)}).encode()
+                         "allowed": list(settings.allowed_modules),
+                         "end": end_digests(token) if token else []}).encode()
     if len(config) > 60000:
         raise RuntimeError("the audit configuration does not fit a pipe's buffer")
     os.write(write, config)
@@ -67,7 +72,8 @@ def inner(argv: list) -> None:
     nproc, rest = int(argv[1]), argv[2:]
     audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]  # (no audit arguments: audit off)
     fill_working_folder(os.getcwd())
-    if os.getuid() == 0:
+    if os.getuid() == 0:  # the runtime tmpfs: where the kernel (the sandbox uid) makes its sockets
+        os.chown(os.path.dirname(argv[argv.index("-f") + 1]), SANDBOX_UID, SANDBOX_UID)
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
@@ -110,7 +116,7 @@ def main() -> None:
     if argv[:1] == ["--inner"]:
         return inner(argv[1:])
     _die_with_parent()
-    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, unsandboxed_env, venv_python
+    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, font_list, unsandboxed_env, venv_python
 
     settings = KernelSettings.from_environment()
     student_dir = Path(os.environ[STUDENT_DIR_ENV])
@@ -120,19 +126,51 @@ def main() -> None:
     argv = _connection(argv, runtime)
     audit = _audit_channel(settings, student_dir) if settings.audit else []
     cache = settings.compile_cache
+    fonts = font_list(student_dir.parent / "fonts")  # built once for all of this worker's kernels
     if not settings.sandbox:  # same environment, no sandbox: home, ipython and tmp files in the scratch folder
         scratch.mkdir(parents=True, exist_ok=True)
+        if fonts:
+            (scratch / "mpl").mkdir(exist_ok=True)
+            shutil.copy(fonts, scratch / "mpl")
         os.execve(sys.executable, _kernel(sys.executable, argv, audit), unsandboxed_env(str(scratch), cache=cache))
     if os.getuid() == 0:  # the kernel (the sandbox uid) reads its connection file, makes its sockets
         os.chown(runtime / "connection.json", SANDBOX_UID, SANDBOX_UID)
         os.chown(runtime, SANDBOX_UID, SANDBOX_UID)
-    cmd = bwrap_argv(cwd, str(runtime), settings.disk_bytes, extra_ro=[cache] if cache else [])
+    cmd = bwrap_argv(cwd, str(runtime), settings.disk_bytes, extra_ro=[cache] if cache else [], fonts=fonts)
     for key, value in fixed_env(home=cwd, cache=cache).items():
         cmd += ["--setenv", key, value]
     python = venv_python()
-    cmd += ["--", python, "-m", "donation_course.grading.kernel", "--inner", "--nproc", str(settings.max_processes),
-            *audit, "--", *argv]
-    os.execvp("bwrap", cmd)
+    info, info_w = os.pipe()
+    cmd += ["--info-fd", str(info_w), "--", python, "-m", "donation_course.grading.kernel", "--inner", "--nproc",
+            str(settings.max_processes), *audit, "--", *argv]
+    sys.exit(_run_sandbox(cmd, info, info_w, json.loads((runtime / "connection.json").read_text()),
+                          [int(a) for a in audit[1::2]]))
+
+
+def _run_sandbox(cmd: list, info: int, info_w: int, connection: dict, fds: list) -> int:
+    """Run bwrap (which dies with this launcher), link the kernel's sockets into the real runtime folder once
+    bwrap says which process is the sandbox's (--info-fd), and return bwrap's exit status."""
+    import subprocess
+
+    from .sandbox import link_sockets
+
+    def die_with_launcher():  # in bwrap, before it starts: SIGKILL when this launcher dies (it takes the sandbox)
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+
+    proc = subprocess.Popen(cmd, pass_fds=[info_w, *fds], preexec_fn=die_with_launcher)
+    os.close(info_w)
+    for fd in fds:
+        os.close(fd)  # the kernel holds them now
+    with os.fdopen(info, "rb") as fh:
+        text = fh.read()
+    try:
+        link_sockets(connection, int(json.loads(text)["child-pid"]))
+    except (ValueError, KeyError, OSError):
+        pass  # bwrap could not set the sandbox up: it says why and exits
+    return proc.wait()
 
 
 if __name__ == "__main__":

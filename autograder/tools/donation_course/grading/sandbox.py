@@ -17,8 +17,12 @@ Each grading kernel runs as (kernel.py, outside) -> bwrap -> (kernel.py
   (the original is bound read-only at SUBMISSION and copied in before the
   kernel starts): writes stay in the sandbox and end with it. /tmp is a
   private tmpfs with the same cap; /proc shows only the sandbox's processes;
-- the kernel and the grader talk over IPC (unix) sockets in a folder that
-  only this kernel's sandbox sees (KernelManager.transport = "ipc");
+- the kernel and the grader talk over IPC (unix) sockets in its runtime
+  folder (KernelManager.transport = "ipc"), which inside is a tmpfs of
+  RUNTIME_BYTES holding a read-only bind of the connection file: the kernel
+  makes its sockets there and can write nothing else outside its caps. The
+  grader reaches them through the sandbox's root (/proc/PID/root: links the
+  launcher makes in the real folder, link_sockets);
 - caps (settings.GradingSettings holds every figure): address space
   (RLIMIT_AS), processes (RLIMIT_NPROC: enforced because the kernel runs as
   an unprivileged uid, not root), file size (RLIMIT_FSIZE), disk (the two
@@ -97,13 +101,42 @@ def unsandboxed_env(scratch: str, cache: str = "", writable: bool = False) -> di
 
 
 SUBMISSION = "/.submission"  # inside: the working folder as nbgrader made it, read-only
+RUNTIME_BYTES = 1 << 20       # the runtime folder's tmpfs: a connection file and five sockets
 
 
-def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=()) -> list:
+MPL_DIR = "/tmp/matplotlib"  # the kernel's MPLCONFIGDIR (fixed_env)
+
+
+def font_list(folder: Path) -> str:
+    """matplotlib's font list (fontlist-v*.json), built once in `folder` by a Python in the kernel's environment
+    (outside the sandbox, before any kernel), '' if matplotlib is not installed. A kernel starts with it in its
+    MPLCONFIGDIR, so matplotlib never runs fc-list there: no process starts in a grading kernel once it is up."""
+    found = sorted(folder.glob("fontlist-*.json"))
+    if found:
+        return str(found[-1])
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix="fonts-", dir=folder))
+    env = dict(fixed_env(home=str(build)), MPLCONFIGDIR=str(build))
+    try:
+        subprocess.run([venv_python(), "-c", "import matplotlib.font_manager"], env=env, cwd=build,
+                       capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    for made in build.glob("fontlist-*.json"):
+        os.replace(made, folder / made.name)  # atomic: a launcher beside this one sees all of it or nothing
+    shutil.rmtree(build, ignore_errors=True)
+    found = sorted(folder.glob("fontlist-*.json"))
+    return str(found[-1]) if found else ""
+
+
+def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=(), fonts: str = "") -> list:
     """bwrap's command line for a kernel whose working folder is `cwd`, seen
     inside at the same path as a tmpfs of `disk_bytes` (the launcher's inner
     step copies the folder's files in from SUBMISSION), with /tmp another
-    tmpfs of that size, and whose connection file and sockets are in `runtime`."""
+    tmpfs of that size, and whose connection file and sockets are in `runtime`;
+    `fonts`: matplotlib's font list (font_list), bound read-only into its MPLCONFIGDIR."""
     argv = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "grader",
             "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev",
@@ -128,8 +161,23 @@ def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=()) -> list:
     for path in binds:
         argv += ["--ro-bind", path, path]
     argv += ["--ro-bind", cwd, SUBMISSION, "--size", str(disk_bytes), "--tmpfs", cwd,
-             "--bind", runtime, runtime, "--chdir", cwd, "--clearenv"]
+             "--perms", "0755", "--size", str(RUNTIME_BYTES), "--tmpfs", runtime,
+             "--ro-bind", f"{runtime}/connection.json", f"{runtime}/connection.json", "--chdir", cwd, "--clearenv"]
+    if fonts:
+        argv += ["--perms", "1777", "--dir", MPL_DIR, "--ro-bind", fonts, f"{MPL_DIR}/{Path(fonts).name}"]
     return argv
+
+
+def link_sockets(connection: dict, sandbox_pid: int) -> None:
+    """Make the kernel's ipc sockets, which live in the sandbox's runtime tmpfs, reachable at their usual paths
+    outside: a link at each, into the sandbox's root as the grader sees it (/proc/PID/root of a process inside)."""
+    ports = [connection[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+    for port in ports:
+        path = f"{connection['ip']}-{port}"
+        try:
+            os.symlink(f"/proc/{sandbox_pid}/root{path}", path)
+        except FileExistsError:
+            pass
 
 
 def probe() -> str:

@@ -1,7 +1,12 @@
 """Static scan of a submission before any kernel starts: a policy (what a learner's code MAY use), not a blocklist.
 Reads each learner-controlled code cell (not the release's locked and grade cells: nbgrader restores those) as the
 kernel runs it (IPython's transformation and automagic: `!ls`, `%env`, `system id` are `get_ipython()` calls) and
-flags what the policy (the data below, rules 1-7 in _Visitor) does not allow: the instructor grades those by hand."""
+flags what the policy (the data below, rules 1-7 in _Visitor) does not allow: the instructor grades those by hand.
+Cells are parsed in the order the kernel runs them, with the `from __future__` flags earlier cells set (IPython's
+compiler keeps them for later cells). A cell the scan cannot parse is not read: `read_notebook` names it, and the
+runtime audit flags the submission if it runs all the same (audit_log.kernel_flags: every cell that runs must be one
+the scan read or the course's own)."""
+import __future__
 import ast
 import functools
 import importlib.util
@@ -12,6 +17,7 @@ from nbgrader.utils import is_grade, is_locked
 
 from ..course import grade_id
 
+FUTURES = {"annotations"}  # the only `from __future__` feature an answer may turn on (others change the language)
 ALLOWED_MODULES = {"jax", "numpy", "functools", "math", "typing", "dataclasses", "collections", "itertools",
                    "warnings", "time", "matplotlib", "donation_lab", "__future__"}
 ALLOWED_DEFS = set("__init__ __post_init__ __call__ __repr__ __str__ __len__ __getitem__ __iter__ __next__ "
@@ -39,7 +45,10 @@ DENIED_ATTRS = {  # names never read (as attributes, through getattr, imported, 
         Unpickler deserialize deserialize_and_load serialize_executable allow_pickle""",
            "a loader that reads files or pickles (a pickle runs code)"),
     **_why("""save savez savez_compressed savetxt tofile dump dumps savefig imsave write_text write_bytes read_text
-        read_bytes open tempdir temppath as_strided""", "file-system or raw-memory access (writes and reads files)"),
+        read_bytes open tempdir temppath as_strided json_dump""",
+           "file-system or raw-memory access (writes and reads files)"),
+    **_why("""FFMpegWriter FFMpegFileWriter ImageMagickWriter ImageMagickFileWriter to_html5_video ffmpeg_path
+        convert_path writers""", "starts a process ({}: matplotlib's animation writers run a program)"),
 }
 DENIED_NAMES = {  # builtins never named (getattr/hasattr: only called directly, see visit_Call)
     **_why("setattr delattr", "reflective access: {}() changes attributes by name"),
@@ -133,6 +142,11 @@ class _Visitor(ast.NodeVisitor):
     def visit_ImportFrom(self, node):
         if node.level or not node.module:
             return self.flag(node, "relative import (import outside the allowlist)")
+        if node.module == "__future__":
+            for alias in node.names:
+                if alias.name not in FUTURES:
+                    self.flag(node, f"from __future__ import {alias.name} (only annotations: a future feature "
+                                    "changes how later cells parse and run)")
         self._module(node, node.module)
         for alias in node.names:
             self._module(node, f"{node.module}.{alias.name}", alias.asname or alias.name)
@@ -250,23 +264,39 @@ def _magic_words() -> frozenset:  # a grading kernel's line magics and aliases: 
                                                                      "qtconsole subshell store".split()))  # ipykernel's
 
 
-def _parse(source: str):
-    """The cell as the kernel runs it (for one line, automagic too: `system id` is %system, `timeit(f)` %timeit)."""
-    from IPython.core.inputtransformer2 import TransformerManager
-    from IPython.core.splitinput import LineInfo
+def _parse(source: str, future: int = 0):
+    """The cell as the kernel runs it (for one line, automagic too: `system id` is %system, `timeit(f)` %timeit),
+    parsed with the compiler flags `future` that earlier cells' `from __future__` imports set, as IPython does."""
     try:
-        cell = TransformerManager().transform_cell(source)
-        info = LineInfo(cell.strip())
-        if len(cell.splitlines()) == 1 and info.ifun in _magic_words() and info.the_rest[:1] not in ("=", ","):
-            cell = f"get_ipython().run_line_magic({info.ifun!r}, {info.the_rest!r})\n"
-        return ast.parse(cell)
+        return _parse_or_raise(source, future)
     except (SyntaxError, ValueError):
         return None
 
 
-def scan_source(source: str, context=None) -> list:
-    """[(line, reason)] for a cell ([] if it does not parse: the kernel raises the SyntaxError, runs none of it)."""
-    tree = _parse(source)
+def _parse_or_raise(source: str, future: int = 0):
+    from IPython.core.inputtransformer2 import TransformerManager
+    from IPython.core.splitinput import LineInfo
+    cell = TransformerManager().transform_cell(source)
+    info = LineInfo(cell.strip())
+    if len(cell.splitlines()) == 1 and info.ifun in _magic_words() and info.the_rest[:1] not in ("=", ","):
+        cell = f"get_ipython().run_line_magic({info.ifun!r}, {info.the_rest!r})\n"
+    return compile(cell, "<cell>", "exec", ast.PyCF_ONLY_AST | future, dont_inherit=True)
+
+
+def future_flags(tree) -> int:
+    """The compiler flags a cell's `from __future__` imports turn on for the cells after it (IPython compiles each
+    top-level statement on its own and keeps the flags; any statement of the cell may hold one)."""
+    flags = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level:
+            flags |= sum(getattr(getattr(__future__, a.name, None), "compiler_flag", 0) for a in node.names)
+    return flags
+
+
+def scan_source(source: str, context=None, future: int = 0) -> list:
+    """[(line, reason)] for a cell ([] if it does not parse: read_notebook names it as a cell the scan did not read,
+    which the audit flags if the kernel runs it)."""
+    tree = _parse(source, future)
     if tree is None:
         return []
     v = _Visitor(context or _context([tree]))
@@ -279,20 +309,55 @@ def trusted_ids(release_nb) -> set:
     return {grade_id(c) for c in (release_nb.cells if release_nb is not None else []) if is_locked(c)} - {None}
 
 
-def scan_notebook(nb, name: str, release_nb=None) -> list:
-    """Flags for every learner-controlled cell of `nb` run as code (a code cell, or one with a release code cell's
-    grade_id, whatever its type and flags: nbgrader makes it code again); a release code cell's text is the course's."""
-    trusted, flags, seen = trusted_ids(release_nb), [], set()
+@dataclass(frozen=True)
+class ScanResult:
+    """What the scan found in one notebook: its flags, the digests (audit_log.parsed_digests) of every cell text it
+    read, and {digest: why} for each learner cell it could not parse (flagged if the kernel runs it after all)."""
+    flags: list
+    read: frozenset
+    unread: dict
+
+
+def read_notebook(nb, name: str, release_nb=None) -> ScanResult:
+    """Scan every learner-controlled cell of `nb` run as code (a code cell, or one with a release code cell's
+    grade_id, whatever its type and flags: nbgrader makes it code again); a release code cell's text is the course's.
+    Cells are parsed in order with the `from __future__` flags the cells before them set."""
+    from .audit_log import parsed_digests
+
+    trusted, flags, seen, read, unread = trusted_ids(release_nb), [], set(), set(), {}
     release = [c for c in (release_nb.cells if release_nb is not None else []) if c.get("cell_type") == "code"]
     released, coded = {_text(c).strip() for c in release}, {_gid(c) for c in release} - {None}
     runs = [(i, c) for i, c in enumerate(nb.cells) if c.get("cell_type") == "code" or _gid(c) in coded]
-    context = _context([t for c in [*(c for _, c in runs), *release] if (t := _parse(_text(c)))])
+    trees, future = {}, 0
+    for i, cell in runs:  # in the kernel's order: each cell parses with the flags of the cells before it
+        try:
+            trees[i] = _parse_or_raise(_text(cell), future)
+            future |= future_flags(trees[i])
+        except (SyntaxError, ValueError) as exc:
+            trees[i] = exc
+    context = _context([t for t in [*trees.values(), *(_parse(_text(c)) for c in release)] if isinstance(t, ast.AST)])
     for i, cell in runs:
-        gid = grade_id(cell)
+        gid, text = grade_id(cell), _text(cell)
+        where = gid or cell.get("id") or f"cell {i + 1}"
         if gid in trusted and gid not in seen and (is_locked(cell) or is_grade(cell)):
             seen.add(gid)  # nbgrader puts the release's source back into this one
             continue
-        if _text(cell).strip() not in released:
-            flags += [Flag(name, gid or cell.get("id") or f"cell {i + 1}", line, reason)
-                      for line, reason in scan_source(_text(cell), context)]
-    return flags
+        if text.strip() in released:  # the course's code (audit_log.trusted_cells), whitespace aside
+            read |= parsed_digests(text)
+            continue
+        tree = trees[i]
+        if not isinstance(tree, ast.AST):
+            why = f"the scan cannot parse this cell ({type(tree).__name__}: {getattr(tree, 'msg', tree)}), " \
+                  "yet the kernel ran it"
+            unread.update({d: Flag(name, where, getattr(tree, "lineno", 0) or 0, why) for d in parsed_digests(text)})
+            continue
+        v = _Visitor(context)
+        v.visit(tree)
+        flags += [Flag(name, where, line, reason) for line, reason in sorted(set(v.found))]
+        read |= parsed_digests(text)
+    return ScanResult(flags, frozenset(read), unread)
+
+
+def scan_notebook(nb, name: str, release_nb=None) -> list:
+    """The flags of read_notebook."""
+    return read_notebook(nb, name, release_nb).flags

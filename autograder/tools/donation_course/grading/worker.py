@@ -101,22 +101,25 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import Execute
 
-    from .audit_log import DropNotebookEnd, MarkNotebookEnd
+    from .audit_log import DropNotebookEnd, MarkNotebookEnd, ScoreFromSignedPasses
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = steps.index(Execute)
-    cfg.Autograde.autograde_preprocessors = [*steps[:at], MarkNotebookEnd, Execute, DropNotebookEnd, *steps[at + 1:]]
+    # ... and the grade cells' scores decided by the checks' signed passes, not by the order of their outputs
+    cfg.Autograde.autograde_preprocessors = [*steps[:at], MarkNotebookEnd, Execute, DropNotebookEnd,
+                                             ScoreFromSignedPasses, *steps[at + 1:]]
     coursedir = CourseDirectory(config=cfg)
     return NbGraderAPI(coursedir=coursedir, config=cfg)
 
 
 def scan_submission(course: Path, student: str, assignment: str) -> dict:
-    """{notebook: [Flag]} for the student's submitted notebooks (scan.py), read before any kernel starts."""
+    """{notebook: ScanResult} for the student's submitted notebooks (scan.py), read before any kernel starts: its
+    flags, and the cells it read (the audit flags any other cell that runs)."""
     import nbformat
 
-    from .scan import scan_notebook
+    from .scan import read_notebook
 
-    flags = {}
+    scans = {}
     for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
         release = course / "release" / assignment / path.name
         try:
@@ -124,10 +127,8 @@ def scan_submission(course: Path, student: str, assignment: str) -> dict:
             rel = nbformat.read(release, as_version=4) if release.exists() else None
         except Exception:
             continue  # not a notebook: nbgrader reports it
-        found = scan_notebook(nb, path.stem, rel)
-        if found:
-            flags[path.stem] = found
-    return flags
+        scans[path.stem] = read_notebook(nb, path.stem, rel)
+    return scans
 
 
 def notebook_results(api, course: Path, student: str, assignment: str) -> tuple[dict, str | None] | None:
@@ -161,7 +162,8 @@ def ensure_folders(job: WorkerJob) -> None:
 
 
 def grade_one(api, course: Path, assignment: str, student: str, tmp: Path) -> StudentResult:
-    flags = scan_submission(course, student, assignment)
+    scans = scan_submission(course, student, assignment)
+    flags = {name: list(scan.flags) for name, scan in scans.items() if scan.flags}
     start = time.monotonic()
     try:
         api.config.KernelManager.ip = str(new_student_dir(tmp) / "kernel-ipc")  # sockets: an absolute path
@@ -183,7 +185,8 @@ def grade_one(api, course: Path, assignment: str, student: str, tmp: Path) -> St
             log = f"{res.get('log', '')}\n{res.get('error', '')}"
         autograded = course / "autograded" / student / assignment
         audit = read_audit(tmp, {p.stem: autograded / p.name
-                                 for p in sorted((course / "submitted" / student / assignment).glob("*.ipynb"))})
+                                 for p in sorted((course / "submitted" / student / assignment).glob("*.ipynb"))},
+                           scans)
         for name, found_flags in audit.items():
             flags.setdefault(name, []).extend(found_flags)
         found = notebook_results(api, course, student, assignment)
