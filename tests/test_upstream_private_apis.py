@@ -165,3 +165,45 @@ def test_xdist_scheduler_shares_out_units_as_intended(pytestconfig):
         sched.mark_test_complete(worker, collection.index(nodeid))
     assert sorted(sent(first) + sent(second)) == sorted(collection)
     assert not sched.workqueue and first.shutting_down and second.shutting_down
+
+
+def test_referee_compiles_and_runs_a_handed_over_program():
+    # donation_course/grading/referee/programs.py is the referee's only door into JAX's internals
+    # (jax 0.12.0.1): jax._src.interpreters.mlir.make_ir_context and jax._src.lib.mlir.ir to parse StableHLO
+    # text, jax._src.xla_bridge.get_backend("cpu") and jax._src.compiler.get_compile_options with the
+    # client's compile_and_load(text, executable_devices=DeviceList, compile_options=...) to compile it,
+    # LoadedExecutable.execute_sharded(...).disassemble_into_single_device_arrays() to run it (donated
+    # inputs deleted, the output in the donated buffer), get_compiled_memory_stats() for alias bytes, and,
+    # in the grading kernel, a lowering's _lowering.compile_args["kept_var_idx"] (which arguments the
+    # program keeps; jit drops unused ones and the text does not say which). JAX has no public way to
+    # compile a program handed over as text: jax.export runs one only inside a jit of its own, which
+    # decides donation itself.
+    import jax
+    import numpy as np
+
+    from donation_course.grading.referee import programs
+    from donation_course.hidden.safe import device
+
+    where = (f"grading/referee/programs.py uses jax internals as in jax 0.12.0.1, this is {_version(jax)}: "
+             "re-check parse, compile_program, run, alias_bytes and kept_inputs")
+    assert _version(jax) == "0.12.0.1", where
+    spec = jax.ShapeDtypeStruct((4,), np.float32)
+    lowered = jax.jit(lambda s, d, unused: s + d, donate_argnums=0).lower(spec, spec, spec)
+    text = lowered.as_text()
+    assert "tf.aliasing_output = 0" in text, where
+    assert programs.kept_inputs(lowered) == [0, 1], where
+    context, module = programs.parse(text)
+    with context:
+        assert [op.operation.name for op in module.body.operations] == ["func.func"], where
+    executable = programs.compile_program(text)
+    assert programs.alias_bytes(executable) == 16, where
+    state = device(np.arange(4, dtype=np.float32) + 1.5)  # a buffer XLA owns (safe.device says why)
+    pointer = state.unsafe_buffer_pointer()
+    (out,) = programs.run(executable, [state, jax.device_put(np.ones(4, np.float32))])
+    assert np.asarray(out).tolist() == [2.5, 3.5, 4.5, 5.5], where
+    assert state.is_deleted() and out.unsafe_buffer_pointer() == pointer, where
+    # without donation: nothing aliased, nothing deleted
+    plain = programs.compile_program(jax.jit(lambda s, d: s + d).lower(spec, spec).as_text())
+    state = jax.device_put(np.ones(4, np.float32))
+    programs.run(plain, [state, jax.device_put(np.ones(4, np.float32))])
+    assert programs.alias_bytes(plain) == 0 and not state.is_deleted(), where

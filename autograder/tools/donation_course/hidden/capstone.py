@@ -118,7 +118,7 @@ def _leaves(tree):
 @check("capstone worked example", quiet=True)
 def check_example(train_step, init_opt_state) -> str:
     """The public example again, with helpers the learner cannot redefine."""
-    hand_over("capstone", 'capstone worked example', train_step)  # to the referee (grading/referee/), as data
+    hand_over("capstone", 'capstone worked example', train_step)  # to the referee, as data
     params = _params([0.5, -1.0, 2.0], 0.25)
     try:
         opt = init_opt_state(params)
@@ -138,7 +138,7 @@ def check_values(train_step, init_opt_state) -> str:
     """Three chained steps from random params give the reference values.
     (init_opt_state is not called: the steps start from a state built here,
     but an answer without it, as a function, fails this check too.)"""
-    hand_over("capstone", 'capstone values', train_step)  # to the referee (grading/referee/), as data
+    hand_over("capstone", 'capstone values', train_step)  # to the referee, as data
     x, y, w, b = _data(11)
     mw, mb, count = w * 0.0, b * 0.0, 0
     params, opt = _params(w, b), _opt(w, b, mw, mb, 0)
@@ -168,7 +168,7 @@ def check_values(train_step, init_opt_state) -> str:
 def check_deleted(train_step) -> str:
     """Every leaf of params and opt_state is deleted after a step; x and y are not;
     and the compiled step asks to donate exactly those leaves."""
-    hand_over("capstone", 'capstone donated leaves', train_step)  # to the referee (grading/referee/), as data
+    hand_over("capstone", 'capstone donated leaves', train_step)  # to the referee, as data
     x, y, w, b = _data(12)
     params, opt = _fresh_state(w, b)
     xd, yd = device(x), device(y)
@@ -196,7 +196,7 @@ def check_deleted(train_step) -> str:
 @check("capstone buffer reuse", quiet=True)
 def check_reuse(train_step) -> str:
     """Each leaf of params and opt_state is donated (deleted) and its buffer reused by an output leaf."""
-    hand_over("capstone", 'capstone buffer reuse', train_step)  # to the referee (grading/referee/), as data
+    hand_over("capstone", 'capstone buffer reuse', train_step)  # to the referee, as data
     x, y, w, b = _data(13)
     params, opt = _fresh_state(w, b)
     _step(train_step, params, opt, device(x), device(y))  # compile
@@ -291,7 +291,7 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
 @check("capstone training loop", quiet=True)
 def check_loop(train_step, steps: int = 30) -> str:
     """A loop that rebinds params and opt_state keeps the live buffers flat."""
-    hand_over("capstone", 'capstone training loop', train_step)  # to the referee (grading/referee/), as data
+    hand_over("capstone", 'capstone training loop', train_step)  # to the referee, as data
     x, y, w, b = _data(16)
     xd, yd = device(x), device(y)
     params, opt = _fresh_state(w, b)

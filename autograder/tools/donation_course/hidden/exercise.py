@@ -107,7 +107,7 @@ def _cases():
 @check("worked example")
 def check_example(update_with_donate) -> str:
     """The worked example, checked with helpers the learner cannot redefine."""
-    hand_over("exercise", 'worked example', update_with_donate)  # to the referee (grading/referee/), as data
+    hand_over("exercise", 'worked example', update_with_donate)  # to the referee, as data
     out = _call(update_with_donate, device(asarray([1.0, 2.0], float32)), device(asarray([0.5, 0.5], float32)))
     got = _host(out, "the result")
     if got.tolist() != [1.5, 2.5]:
@@ -118,7 +118,7 @@ def check_example(update_with_donate) -> str:
 @check("values")
 def check_values(update_with_donate) -> str:
     """state + delta for many shapes, sizes and dtypes (random data, fixed seed)."""
-    hand_over("exercise", 'values', update_with_donate)  # to the referee (grading/referee/), as data
+    hand_over("exercise", 'values', update_with_donate)  # to the referee, as data
     for label, s_np, d_np in _cases():
         state, delta = device(s_np), device(d_np)
         expected = s_np + d_np  # ndarray arithmetic, computed before the call
@@ -144,7 +144,7 @@ def check_values(update_with_donate) -> str:
 @check("state is donated, delta is kept")
 def check_invalidation(update_with_donate) -> str:
     """After the call, state is deleted (reading it raises); delta is untouched."""
-    hand_over("exercise", 'state is donated, delta is kept', update_with_donate)  # to the referee (grading/referee/), as data
+    hand_over("exercise", 'state is donated, delta is kept', update_with_donate)  # to the referee, as data
     kept = [0.5, -0.25]  # SMALL elements, a shape the worked example already compiled
     state = device(asarray([1.0, 2.0], float32))
     delta = device(asarray(kept, float32))
@@ -197,7 +197,7 @@ def _asks_to_donate_delta(update_with_donate) -> bool:
 def check_real_donation(update_with_donate) -> str:
     """The result occupies the buffer state had (unsafe_buffer_pointer), which state gave up (it is deleted):
     an answer that returns state itself, donating nothing, has that pointer too."""
-    hand_over("exercise", "result reuses state's buffer", update_with_donate)  # to the referee (grading/referee/), as data
+    hand_over("exercise", "result reuses state's buffer", update_with_donate)  # to the referee, as data
     state = device(_large(default_rng(1)))
     delta = device(_large(default_rng(2)))
     block_until_ready(state)
@@ -222,7 +222,7 @@ def check_real_donation(update_with_donate) -> str:
 @check("training loop")
 def check_training_loop(update_with_donate, steps: int = 50) -> str:
     """`state = update_with_donate(state, delta)` in a loop does not grow live buffers."""
-    hand_over("exercise", 'training loop', update_with_donate)  # to the referee (grading/referee/), as data
+    hand_over("exercise", 'training loop', update_with_donate)  # to the referee, as data
     delta = device(default_rng(3).standard_normal(SMALL, dtype=float32))
     state = device(zeros((SMALL,), float32))
     first = _call(update_with_donate, state, delta)  # warm-up call (compile)

@@ -26,6 +26,7 @@ from .asks import CAPSTONE, CHECKS, EXERCISE, Answer, signature_key
 from .screen import Refused, screen
 from .verdict import FAIL, PASS, UNJUDGED, Verdict
 
+
 class _Fail(Exception):
     pass
 
@@ -87,7 +88,7 @@ def call(loaded, arrays: list) -> list:
     if max(kept, default=-1) >= len(arrays):
         fail("the program takes more arguments than the function has.")
     given = [arrays[i] for i in kept]
-    for i, (tensor, array) in enumerate(zip(program.inputs, given)):
+    for i, (tensor, array) in enumerate(zip(program.inputs, given, strict=False)):
         if tensor.shape != tuple(array.shape) or tensor.dtype != str(array.dtype):
             fail(f"its program's argument {kept[i]} is {tensor}, but that argument is "
                  f"{array.dtype}[{','.join(map(str, array.shape))}].")
@@ -135,7 +136,8 @@ def ex_values(p: Programs) -> str:
         expected = s + d
         out = host(_one_output(call(p.get(signature), [device(s), device(d)]), f"for {label} update_with_donate"))
         if out.shape != expected.shape or out.dtype != expected.dtype:
-            fail(f"for {label} the result is {out.dtype}{list(out.shape)}, expected {expected.dtype}{list(expected.shape)}.")
+            fail(f"for {label} the result is {out.dtype}{list(out.shape)}, "
+                 f"expected {expected.dtype}{list(expected.shape)}.")
         g, e = out.astype("float64"), expected.astype("float64")
         tol = 1e-2 if signature[0] == "bfloat16" else 1e-6
         bad = ~(np.abs(g - e) <= tol * (1.0 + np.abs(e)))
@@ -217,8 +219,9 @@ STATE = ("params['b']", "params['w']", "opt_state['count']", "opt_state['m']['b'
 def _state(w, b, mw, mb, count) -> list:
     """The flat arguments params, opt_state in jax's order (dict keys sorted)."""
     f = np.float32
-    return [device(np.asarray(b, f).reshape(())), device(np.asarray(w, f)), device(np.asarray(count, np.int32).reshape(())),
-            device(np.asarray(mb, f).reshape(())), device(np.asarray(mw, f))]
+    return [device(np.asarray(b, f).reshape(())), device(np.asarray(w, f)),
+            device(np.asarray(count, np.int32).reshape(())), device(np.asarray(mb, f).reshape(())),
+            device(np.asarray(mw, f))]
 
 
 def _step(loaded, state: list, x, y) -> dict:
@@ -228,7 +231,7 @@ def _step(loaded, state: list, x, y) -> dict:
     if sorted(names) != sorted(OUTPUTS) or len(outs) != len(OUTPUTS):
         fail("its program's outputs are not (new_params, new_opt_state, loss) with params' and opt_state's "
              f"structure: {', '.join(n or '?' for n in names)[:200]}.")
-    return dict(zip(names, outs))
+    return dict(zip(names, outs, strict=False))
 
 
 def _flat(out: dict) -> list:
@@ -261,7 +264,7 @@ def cap_values(p: Programs) -> str:
         out = _step(loaded, state, xd, yd)
         w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, LR, BETA)
         count += 1
-        expected = dict(zip(OUTPUTS, (b, w, count, mb, mw, loss)))
+        expected = dict(zip(OUTPUTS, (b, w, count, mb, mw, loss), strict=False))
         for name, value in expected.items():
             got = host(out[name])
             if not close(got, value):
@@ -280,7 +283,7 @@ def cap_deleted(p: Programs) -> str:
     state, xd, yd = _state(w, b, w * 0, b * 0, 0), device(x), device(y)
     flags = [i in kept and program.donated[kept.index(i)] for i in range(7)]
     _step(loaded, state, xd, yd)
-    alive = [n for n, leaf in zip(STATE, state) if not leaf.is_deleted()]
+    alive = [n for n, leaf in zip(STATE, state, strict=False) if not leaf.is_deleted()]
     if alive:
         fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
     if xd.is_deleted() or yd.is_deleted() or flags[5] or flags[6]:
@@ -294,7 +297,7 @@ def cap_reuse(p: Programs) -> str:
     loaded = p.get(8)
     x, y, w, b = _data(23)
     state = _state(w, b, w * 0, b * 0, 0)
-    before = {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(STATE, state)}
+    before = {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(STATE, state, strict=False)}
     out = _step(loaded, state, device(x), device(y))
     if any(not leaf.is_deleted() for leaf in state):
         fail("a leaf of params or opt_state is still alive after the step: it was not donated.")

@@ -52,7 +52,7 @@ class Program:
 
     @property
     def donated(self) -> tuple:
-        return tuple(a is not None or d for a, d in zip(self.aliases, self.donors))
+        return tuple(a is not None or d for a, d in zip(self.aliases, self.donors, strict=True))
 
 
 def tensor(type_) -> Tensor:

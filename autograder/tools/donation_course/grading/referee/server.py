@@ -51,6 +51,7 @@ def _child(answer, handover, write_fd: int, seconds: int, memory_mb: int) -> Non
     """In the forked child: caps, then the verdicts, one line each. Never returns."""
     code = 0
     try:
+        _die_with_parent()  # a server that goes takes its child along
         if memory_mb > 0:
             resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
         resource.setrlimit(resource.RLIMIT_CPU, (seconds + 1, seconds + 2))

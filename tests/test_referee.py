@@ -1,0 +1,352 @@
+"""The referee (grading/referee/): lesson 7's points decided on programs handed over as data, in a process
+where no learner code runs.
+
+- screening: a hostile program (a custom call, a host callback, an oversized tensor, another dialect) is
+  refused before anything compiles it; an honest one is read, donation included;
+- judging, in process: what the referee computes for honest and wrong answers equals what the kernel's
+  checks give them honestly, and an answer of another shape gets the shape it must have;
+- the server (slow: a sandboxed process): a hostile program is refused or capped (an endless loop by the
+  time limit, a huge allocation by the size cap or the memory cap) and the next answer is judged as usual;
+- ./course grade (slow): a kernel that forges every in-kernel check (its hidden checks replaced by ones that
+  always pass, and the public checks' expectations with no-ops, before any learner code, with the audit off)
+  still gets only what the referee computed, for a
+  wrong exercise answer and a wrong capstone, and is flagged with both verdicts.
+"""
+import ast
+import inspect
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from donation_course.grading.referee import asks, judge
+from donation_course.grading.referee.combine import judged_cells
+from donation_course.grading.referee.screen import MAX_ELEMENTS, Refused, screen
+from donation_course.grading.referee.verdict import FAIL, PASS, UNJUDGED
+from donation_course.hidden import handover
+
+EXERCISE_CHECKS = judge.checks_of(asks.EXERCISE)
+CAPSTONE_CHECKS = judge.checks_of(asks.CAPSTONE)
+SPEC = jax.ShapeDtypeStruct((2,), jnp.float32)
+LR, BETA = 0.1, 0.9
+
+
+def _handover(answer, fn) -> dict:
+    """What the grading kernel hands over for `fn` when every check of `answer` ran with it."""
+    return {"programs": [handover._entry(answer, fn)], "checks": {c: 0 for c in judge.checks_of(answer)}}
+
+
+def _outcomes(answer, fn) -> dict:
+    return {v.check: v.outcome for v in judge.judge(answer, _handover(answer, fn))}
+
+
+def _loss(params, x, y):
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def _step(params, opt_state, x, y, momentum=True):
+    loss, grads = jax.value_and_grad(_loss)(params, x, y)
+    m = jax.tree.map(lambda m, g: BETA * m + g, opt_state["m"], grads)
+    step = m if momentum else grads
+    return jax.tree.map(lambda p, s: p - LR * s, params, step), {"m": m, "count": opt_state["count"] + 1}, loss
+
+
+# --- what the referee asks for matches the checks it stands for ------------------------------------------------
+
+def _check_names(module) -> dict:
+    """{function: name} of a hidden module's @check("name") functions, read from its source."""
+    names = {}
+    for node in ast.parse(inspect.getsource(module)).body:
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "check":
+                    names[node.name] = deco.args[0].value
+    return names
+
+
+def test_every_referee_check_is_a_hidden_check_of_the_same_name_and_the_rest_are_kernel_only():
+    from donation_course.hidden import capstone, exercise
+
+    modules = {"exercise": _check_names(exercise), "capstone": _check_names(capstone)}
+    for (module, function), (_answer, name) in asks.CHECKS.items():
+        assert modules[module][function] == name
+    every = {(m, f) for m, names in modules.items() for f in names}
+    assert every == set(asks.CHECKS) | asks.KERNEL_ONLY
+    assert set(judge.JUDGES) == {name for _a, name in asks.CHECKS.values()}
+
+
+def test_the_graded_notebooks_cells_map_to_the_referees_checks():
+    from donation_course.course import COURSE
+
+    source = COURSE.source / f"{COURSE.exercise}.ipynb"
+    cells = {grade_id: check for grade_id, _answer, check in judged_cells(source)}
+    assert cells == {"ex-example": "worked example", "ex-donated": "state is donated, delta is kept",
+                     "ex-values": "values", "ex-buffer-reuse": "result reuses state's buffer",
+                     "ex-training-loop": "training loop", "cap-public": "capstone worked example",
+                     "cap-values": "capstone values", "cap-donated-leaves": "capstone donated leaves",
+                     "cap-buffer-reuse": "capstone buffer reuse", "cap-loop": "capstone training loop"}
+    assert judged_cells(COURSE.source / "01_why_donate.ipynb") == []  # lessons 1-6 stay in-kernel
+
+
+# --- screening -------------------------------------------------------------------------------------------------
+
+def test_an_honest_program_is_read_with_its_donation():
+    program = screen(jax.jit(lambda s, d: s + d, donate_argnums=0).lower(SPEC, SPEC).as_text())
+    assert [str(t) for t in program.inputs] == ["float32[2]", "float32[2]"]
+    assert program.aliases == (0, None) and program.donated == (True, False)
+    assert program.result_names == ("result",)
+    plain = screen(jax.jit(lambda s, d: s + d).lower(SPEC, SPEC).as_text())
+    assert plain.donated == (False, False)
+
+
+@pytest.mark.parametrize("fn, said", [
+    (lambda s, d: jax.pure_callback(lambda a: a, SPEC, s) + d, "custom call"),
+    (lambda s, d: jax.debug.callback(print, s) or s + d, "custom call"),
+    (lambda s, d: jnp.broadcast_to(s[0], (MAX_ELEMENTS + 1,)).sum() + d, "over the grader's cap"),
+])
+def test_a_hostile_program_is_refused_before_it_compiles(fn, said):
+    text = jax.jit(fn).lower(SPEC, SPEC).as_text()
+    with pytest.raises(Refused, match=said):
+        screen(text)
+
+
+@pytest.mark.parametrize("text, said", [
+    ("not a program", "does not parse"),
+    ('module {\n  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n'
+     '    %0 = "stablehlo.outfeed"(%a) : (tensor<2xf32>) -> tensor<2xf32>\n    return %0 : tensor<2xf32>\n  }\n}',
+     "does not parse|outfeed"),
+    ('module {\n  func.func @main(%a: tensor<?xf32>) -> tensor<?xf32> {\n    return %a : tensor<?xf32>\n  }\n}',
+     "dynamic shape"),
+    ('module {\n  func.func @other(%a: tensor<2xf32>) -> tensor<2xf32> {\n    return %a : tensor<2xf32>\n  }\n}',
+     "no function main"),
+    ("x" * (asks.MAX_PROGRAM_CHARS + 1), "characters long"),
+    (None, "no program text"),
+])
+def test_a_program_the_referee_cannot_read_is_refused_with_why(text, said):
+    with pytest.raises(Refused, match=said):
+        screen(text)
+
+
+# --- judging, in process ---------------------------------------------------------------------------------------
+
+PARTIAL = jax.jit(lambda state, delta: state + delta, donate_argnums=(0,))
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs
+def test_honest_exercise_answers_pass_every_check():
+    for fn in (PARTIAL, jax.jit(lambda s, d: s + d, donate_argnames="s"),
+               jax.jit(lambda s, d: jax.tree_util.tree_map(jax.lax.add, s, d), donate_argnums=0),
+               jax.jit(lambda s, d: jnp.array(s + d, copy=True), donate_argnums=0)):
+        assert set(_outcomes(asks.EXERCISE, fn).values()) == {PASS}
+
+
+@pytest.mark.slow  # compiles and runs five programs each
+@pytest.mark.parametrize("fn, failed", [
+    # the same verdicts as the kernel's checks give these answers honestly (corpus/exercise.py)
+    (jax.jit(lambda s, d: s * 0, donate_argnums=0), {"worked example", "values", "training loop"}),
+    (jax.jit(lambda s, d: s + d), {"state is donated, delta is kept", "result reuses state's buffer",
+                                   "training loop"}),
+    (jax.jit(lambda s, d: s - d, donate_argnums=0), {"worked example", "values", "training loop"}),
+    (jax.jit(lambda s, d: s + d, donate_argnums=1), {"state is donated, delta is kept",
+                                                     "result reuses state's buffer", "training loop"}),
+    (jax.jit(lambda s, d: s + d + (d * 0 + jnp.nan).astype(s.dtype), donate_argnums=0),
+     {"worked example", "values", "training loop"}),
+])
+def test_a_wrong_exercise_answer_fails_exactly_the_checks_it_fails_in_the_kernel(fn, failed):
+    outcomes = _outcomes(asks.EXERCISE, fn)
+    assert {c for c, o in outcomes.items() if o == FAIL} == failed
+    assert {c for c, o in outcomes.items() if o == PASS} == set(EXERCISE_CHECKS) - failed
+
+
+def test_an_answer_of_another_shape_is_told_the_shape_it_must_have():
+    step = jax.jit(lambda s, d: s + d, donate_argnums=0)
+    for fn, said in ((lambda state, delta: step(state, delta), "a plain Python function"),
+                     (type("Updater", (), {"__call__": lambda self, s, d: step(s, d)})(), "class Updater")):
+        verdicts = list(judge.judge(asks.EXERCISE, _handover(asks.EXERCISE, fn)))
+        assert {v.outcome for v in verdicts} == {UNJUDGED}
+        for v in verdicts:
+            assert said in v.message and "update_with_donate must be made by jax.jit" in v.message
+    nothing = list(judge.judge(asks.EXERCISE, None))
+    assert [v.outcome for v in nothing] == [UNJUDGED] * 5 and "received no program" in nothing[0].message
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs
+def test_each_check_judges_the_program_handed_over_when_it_ran():
+    wrong = jax.jit(lambda s, d: s * 0, donate_argnums=0)
+    mixed = {"programs": [handover._entry(asks.EXERCISE, PARTIAL), handover._entry(asks.EXERCISE, wrong)],
+             "checks": {c: (1 if c == "values" else 0) for c in EXERCISE_CHECKS}}
+    outcomes = {v.check: v.outcome for v in judge.judge(asks.EXERCISE, mixed)}
+    assert outcomes.pop("values") == FAIL and set(outcomes.values()) == {PASS}
+
+
+def test_a_program_whose_arguments_do_not_match_the_signature_is_not_run_as_if_they_did():
+    entry = handover._entry(asks.EXERCISE, PARTIAL)
+    entry["programs"]["float32[2]"]["kept"] = [1]  # a forged list of kept arguments
+    outcomes = {v.check: v for v in judge.judge(asks.EXERCISE, {"programs": [entry], "checks": {"worked example": 0}})}
+    assert outcomes["worked example"].outcome == UNJUDGED and "which arguments" in outcomes["worked example"].message
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs
+def test_honest_capstone_steps_pass_and_wrong_ones_fail_what_the_kernel_fails():
+    right = jax.jit(_step, donate_argnames=("params", "opt_state"))
+    assert set(_outcomes(asks.CAPSTONE, right).values()) == {PASS}
+    assert set(_outcomes(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1))).values()) == {PASS}
+    donating = {"capstone donated leaves", "capstone buffer reuse", "capstone training loop"}
+    for wrong, failed in ((jax.jit(_step), donating),
+                          (jax.jit(_step, donate_argnames="params"), donating),
+                          (jax.jit(lambda p, o, x, y: _step(p, o, x, y, momentum=False),
+                                   donate_argnums=(0, 1)), {"capstone values"})):
+        outcomes = _outcomes(asks.CAPSTONE, wrong)
+        assert {c for c, o in outcomes.items() if o == FAIL} == failed
+        assert {c for c, o in outcomes.items() if o == PASS} == set(CAPSTONE_CHECKS) - failed
+
+
+# --- the server: hostile programs refused or capped, and the class goes on ------------------------------------
+
+@pytest.fixture(scope="module")
+def referee():
+    from donation_course.grading.referee.client import Referee
+    from donation_course.grading.sandbox import probe
+
+    ref = Referee(sandbox=probe() == "", memory_mb=2048, seconds=8)
+    yield ref
+    ref.close()
+
+
+def _judge(referee, fn) -> dict:
+    judged = referee.judge({"exercise": _handover(asks.EXERCISE, fn)})
+    return {v["check"]: v for v in judged.verdicts}
+
+
+def _honest_goes_on(referee):
+    assert {v["outcome"] for v in _judge(referee, PARTIAL).values()} == {PASS}
+
+
+@pytest.mark.slow
+def test_a_custom_call_is_refused_and_the_next_answer_is_judged(referee):
+    verdicts = _judge(referee, jax.jit(lambda s, d: jax.pure_callback(lambda a: a, s, s) + d, donate_argnums=0))
+    assert {v["outcome"] for v in verdicts.values()} == {UNJUDGED}
+    assert "custom call" in verdicts["values"]["message"]
+    _honest_goes_on(referee)
+
+
+@pytest.mark.slow
+def test_an_endless_loop_is_stopped_at_the_time_limit_and_the_next_answer_is_judged(referee):
+    def endless(s, d):  # float32 stops growing at 2**24: the condition never turns false
+        return jax.lax.while_loop(lambda c: c[0] > -1.0, lambda c: (c[0] + 1.0, c[1] + 1.0),
+                                  (jnp.float32(0), s))[1] + d
+
+    verdicts = _judge(referee, jax.jit(endless, donate_argnums=0))
+    assert {v["outcome"] for v in verdicts.values()} == {UNJUDGED}
+    assert all("after 8 s" in v["message"] for v in verdicts.values())
+    _honest_goes_on(referee)
+
+
+@pytest.mark.slow
+def test_a_huge_allocation_is_refused_or_capped_and_the_next_answer_is_judged(referee):
+    huge = _judge(referee, jax.jit(lambda s, d: jnp.broadcast_to(s[:1], (1 << 31,)).sum() + d, donate_argnums=0))
+    assert "over the grader's cap" in huge["worked example"]["message"]
+
+    def many(s, d):  # 96 outputs of 32 MiB (3 GiB), each under the size cap: the memory cap stops it
+        return tuple(jnp.full((MAX_ELEMENTS,), s[0] + i) for i in range(96))
+
+    verdicts = _judge(referee, jax.jit(many, donate_argnums=0))
+    assert verdicts["worked example"]["outcome"] == UNJUDGED, verdicts
+    assert "its caps" in verdicts["worked example"]["message"] or "time limit" in verdicts["worked example"]["message"]
+    _honest_goes_on(referee)
+
+
+@pytest.mark.slow
+def test_a_referee_that_dies_is_the_graders_failure_not_a_zero(referee):
+    from donation_course.grading.referee.client import RefereeFailed
+
+    _honest_goes_on(referee)
+    referee.proc.kill()
+    with pytest.raises(RefereeFailed):
+        referee.judge({"exercise": None})
+    _honest_goes_on(referee)  # a new server for the next student
+
+
+# --- ./course grade: a kernel that forges every in-kernel check ---------------------------------------------------
+
+FORGE = ("import donation_course.hidden.exercise as e, donation_course.hidden.capstone as c, "
+         "donation_course.hidden.safe as s, donation_course.hidden.handover as h; "
+         "[setattr(m, f, (lambda m, f, name: lambda fn, *a, **k: (h.hand_over(m.__name__.rsplit('.', 1)[1], name, fn), "
+         "s.ok(name, 'forged')) and None)(m, f, n)) for m, names in ((e, {names_e}), (c, {names_c})) "
+         "for f, n in names.items()]; "
+         "import donation_lab.checks as p; "
+         "[setattr(p, n, lambda *a, **k: None) for n in dir(p) if n.startswith('expect')]")
+
+
+@pytest.fixture(scope="module")
+def forged(tmp_path_factory, env, generated_course):
+    from donation_course.corpus import capstone as capstone_corpus
+    from donation_course.corpus import exercise as exercise_corpus
+    from donation_course.hidden import capstone, exercise
+    from helpers import grade, read_grades
+
+    tmp = tmp_path_factory.mktemp("forged")
+    course = generated_course(tmp / "course")
+    names_e = {f: n for f, n in _check_names(exercise).items()}
+    names_c = {f: n for f, n in _check_names(capstone).items()}
+    forge = FORGE.replace("{names_e}", repr(names_e)).replace("{names_c}", repr(names_c))
+    config = course / "nbgrader_config.py"
+    config.write_text(config.read_text() + "\n# the test's forging kernel: every hidden check replaced before learner "
+                      "code runs, the audit off\nc.GradingSettings.audit = False\n"
+                      "c.Execute.extra_arguments = [*c.Execute.extra_arguments, "
+                      f"{('--IPKernelApp.exec_lines=' + forge)!r}]\n")
+    files = tmp / "files"
+    capstone_corpus.build(files)  # the exercise answered right; the capstone answered as each case says
+    keep = {"cap-nodonate": "forged", "cap-right": "honest"}
+    for path in files.glob("*.ipynb"):
+        student = path.name.split("_")[0]
+        if student not in keep:
+            path.unlink()
+            continue
+        nb = json.loads(path.read_text())
+        if keep[student] == "forged":  # and the exercise answered wrong
+            for cell in nb["cells"]:
+                if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ex-answer":
+                    cell["source"] = exercise_corpus.WRONG
+        path.write_text(json.dumps(nb))
+    grade(env, files, "--course", course, "--workers", "1", "--timeout", "300", "--cell-timeout", "30",
+          "--no-progress")
+    from donation_course.course import Course
+    from donation_course.grading.state import load_state
+
+    state = load_state(Course(course).state_file, print)
+    return read_grades(course / ".grading" / "grades.csv"), state
+
+
+def test_a_forging_kernel_gets_only_what_the_referee_computed_and_is_flagged(forged):
+    from donation_course.corpus import exercise as exercise_corpus
+
+    rows, state = forged
+    row, summary = rows["cap-nodonate"], state.students["cap-nodonate"].summary
+    assert row["status"] == "flagged", row
+    withheld = summary.withheld[exercise_corpus.EXERCISE]  # what accepting the flag would give: the combined score
+    # update_with_donate = state * 0: the referee passes its donation (2 + 2) and fails its values
+    assert {g: withheld[g] for g in exercise_corpus.EXERCISE_GRADES} == {
+        "ex-example": 0, "ex-donated": 2, "ex-values": 0, "ex-buffer-reuse": 2, "ex-training-loop": 0}
+    # a non-donating step: the referee passes its values and fails its donation; the untied state and the NaN
+    # hunt rest on the kernel's checks alone (docs/threat-model.md), which this kernel forged
+    assert {g: withheld[g] for g in exercise_corpus.CAPSTONE_GRADES} == {
+        "cap-public": 1, "cap-values": 2, "cap-donated-leaves": 0, "cap-buffer-reuse": 0, "cap-untied": 1,
+        "cap-nan-hunt": 2, "cap-loop": 0}
+    # each refuted pass is a flag with both verdicts (the reason's flag line names the first five)
+    refuted = {"ex-example", "ex-values", "ex-training-loop", "cap-donated-leaves", "cap-buffer-reuse", "cap-loop"}
+    named = {gid for gid in exercise_corpus.EXERCISE_GRADES | exercise_corpus.CAPSTONE_GRADES
+             if f"/{gid}: the kernel's check" in row["reason"]}
+    assert named <= refuted and len(named) == 5, row["reason"]
+    assert "the kernel's check 'worked example' passed, the referee's failed: update_with_donate([1.0, 2.0], " \
+           "[0.5, 0.5]) gave [0.0, 0.0]" in row["reason"], row["reason"]
+    assert float(row[exercise_corpus.EXERCISE]) == 0  # flagged: no automatic points until the instructor looks
+
+
+def test_an_honest_neighbour_of_a_forging_kernel_gets_full_marks_unflagged(forged):
+    from donation_course.corpus import exercise as exercise_corpus
+
+    rows, _ = forged
+    row = rows["cap-right"]
+    assert row["status"] == "ok" and float(row[exercise_corpus.EXERCISE]) == exercise_corpus.MAX, row
