@@ -10,9 +10,9 @@ that test names what to re-check.
 from __future__ import annotations
 
 from jax._src import compiler, xla_bridge  # private: guarded by the canary
-from jax._src.interpreters import mlir     # private: guarded by the canary
-from jax._src.lib import xla_client        # private: guarded by the canary
-from jax._src.lib.mlir import ir           # private: guarded by the canary
+from jax._src.interpreters import mlir  # private: guarded by the canary
+from jax._src.lib import xla_client  # private: guarded by the canary
+from jax._src.lib.mlir import ir  # private: guarded by the canary
 
 __all__ = ["ir", "parse", "compile_program", "run", "alias_bytes", "memory_bytes", "kept_inputs"]
 
