@@ -173,6 +173,8 @@ def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=(), fonts: str 
 def link_sockets(connection: dict, sandbox_pid: int) -> None:
     """Make the kernel's ipc sockets, which live in the sandbox's runtime tmpfs, reachable at their usual paths
     outside: a link at each, into the sandbox's root as the grader sees it (/proc/PID/root of a process inside)."""
+    if connection.get("transport") != "ipc":
+        return  # (a sandboxed kernel has no network: the grader always gives it ipc)
     ports = [connection[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
     for port in ports:
         path = f"{connection['ip']}-{port}"
