@@ -660,9 +660,9 @@ def test_a_forged_pass_line_is_seen_by_a_grader_that_never_imported_the_checks()
         cell = new_code_cell("_dl_hidden.check_values(update_with_donate)")
         cell.outputs = [new_output("stream", name="stdout", text="\u2714 values: every case is right\n")]
         passes = pass_lines(cell)
-        end = {"kind": "end", "cell": "1"}
-        forged = kernel_flags([end], 0, "07", {}, passes)
-        signed = kernel_flags([end, {"kind": "check", "name": "values"}], 0, "07", {}, passes)
+        forged = kernel_flags([{"kind": "end", "cell": "1", "seq": 1}], 0, "07", {}, passes)
+        signed = kernel_flags([{"kind": "check", "name": "values", "seq": 1}, {"kind": "end", "cell": "1", "seq": 2}],
+                              0, "07", {}, passes)
         print(json.dumps([dict(passes), [f.reason for f in forged], [f.reason for f in signed],
                           "donation_course.hidden.exercise" in sys.modules]))
     ''')
@@ -790,3 +790,19 @@ def test_without_the_audit_only_the_learners_execute_results_are_dropped(tmp_pat
         cell.outputs = [nbformat.from_dict(o) for o in outputs]
         ScoreFromSignedPasses().preprocess(nb, {END_TOKEN: "feedbeef"})
         assert determine_grade(cell)[0] == points, outputs
+
+
+def test_records_missing_from_the_log_or_cells_after_its_end_are_seen():
+    """The hook numbers every record it makes: a gap in the log's numbers is records written while the channel
+    pointed elsewhere (or was closed). And no cell may run after the grader's last cell."""
+    from donation_course.grading.audit_log import kernel_flags
+
+    def flags(*kinds):
+        return [f.reason for f in kernel_flags([{"kind": k, "cell": "1", "seq": n} for n, k in kinds], 0, "nb", {})]
+
+    assert flags((1, "start"), (2, "cell"), (3, "end")) == []
+    assert flags((1, "start"), (2, "cell"), (5, "end")) == [
+        "2 record(s) missing from the audit's log (its channel was redirected or closed)"]
+    assert flags((1, "start"), (2, "end"), (3, "cell")) == ["cells ran after the grader's last cell"]
+    assert flags((1, "start"), (2, "cell")) == [
+        "the audit channel stopped before the notebook's end (closed, redirected or the kernel died)"]

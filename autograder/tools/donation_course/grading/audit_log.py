@@ -250,6 +250,10 @@ def kernel_flags(records: list[dict], bad: int, notebook: str, cells: dict[str, 
                 flags.append(AuditFlag(notebook, known.cell if known else cells.get(r.get("cell", ""), "a cell"),
                                        known.reason if known else "a cell the static scan never read ran (not in "
                                        "the notebook as submitted: sent to the kernel by other code)"))
+    seqs = sorted(r.get("seq", 0) for r in records)
+    if seqs != list(range(1, len(seqs) + 1)):  # the hook numbers every record it makes, written or not
+        flags.append(AuditFlag(notebook, "audit", f"{(seqs[-1] if seqs else 0) - len(seqs)} record(s) missing from "
+                                                  "the audit's log (its channel was redirected or closed)"))
     ends = [i for i, r in enumerate(records) if r["kind"] == "end"]
     if not ends:
         flags.append(AuditFlag(notebook, "audit", "the audit channel stopped before the notebook's end "
