@@ -31,6 +31,7 @@ PARTIAL = ("@functools.partial(jax.jit, donate_argnums=(0,))\n"
 
 WRONG = PARTIAL.replace("state + delta", "state * 0")  # scores 4 without any tampering
 FLAG = "flagged for manual grading"
+SHAPE = "update_with_donate must be made by jax.jit"  # the referee's message to an answer of another shape
 
 # student: (answer cell source or a special edit, expected score, expected status, reason must contain)
 CASES = {
@@ -42,12 +43,6 @@ CASES = {
                      "update_with_donate = jax.jit(_f, donate_argnames='state')\n", EXERCISE_MAX, "ok", ""),
     "lambda":       ("update_with_donate = jax.jit(lambda state, delta: state + delta, donate_argnums=(0,))\n",
                      EXERCISE_MAX, "ok", ""),
-    "plainwrapper": ("_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n"
-                     "def update_with_donate(state, delta):\n    return _step(state, delta)\n", EXERCISE_MAX, "ok", ""),
-    "classy":       ("class Updater:\n    def __init__(self):\n"
-                     "        self.step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
-                     "    def __call__(self, state, delta):\n        return self.step(state, delta)\n\n"
-                     "update_with_donate = Updater()\n", EXERCISE_MAX, "ok", ""),
     # correct, with what honest answers use: warnings and %timeit (lesson 3), functools.partial,
     # jax.tree_util, jax.lax, dataclasses, type hints, a helper function, jnp methods, np.asarray
     "warnedtimed":  (PARTIAL + "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n"
@@ -56,6 +51,14 @@ CASES = {
     "treelax":      ("from functools import partial\n\n@partial(jax.jit, donate_argnums=(0,))\n"
                      "def update_with_donate(state, delta):\n"
                      "    return jax.tree_util.tree_map(jax.lax.add, state, delta)\n", EXERCISE_MAX, "ok", ""),
+    # another shape: honest wrappers around a jit function. The referee reads the program a jax.jit function
+    # lowers to (grading/referee/asks.py), so each point the kernel gives them is lost with the shape it must have
+    "plainwrapper": ("_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n"
+                     "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 0, "partial", SHAPE),
+    "classy":       ("class Updater:\n    def __init__(self):\n"
+                     "        self.step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
+                     "    def __call__(self, state, delta):\n        return self.step(state, delta)\n\n"
+                     "update_with_donate = Updater()\n", 0, "partial", SHAPE),
     "dataclassy":   ("import dataclasses\nfrom typing import Callable\nimport numpy as np\n\n\n"
                      "def add_arrays(state: jax.Array, delta: jax.Array) -> jax.Array:\n"
                      "    return jnp.add(state, delta)\n\n\n"
@@ -64,18 +67,18 @@ CASES = {
                      "        return self.fn(state, delta)\n\n\n"
                      "update_with_donate = Step(jax.jit(add_arrays, donate_argnums=0))\n"
                      "print(np.asarray(update_with_donate(jnp.ones(2), jnp.ones(2))).sum(), jnp.ones(2).mean())\n",
-                     EXERCISE_MAX, "ok", ""),
+                     0, "partial", SHAPE),
     # wrong
     "nodonate":     ("update_with_donate = jax.jit(lambda state, delta: state + delta)\n",
                      4, "partial", "still alive"),
-    "nojit":        ("def update_with_donate(state, delta):\n    return state + delta\n", 4, "partial", "still alive"),
+    "nojit":        ("def update_with_donate(state, delta):\n    return state + delta\n", 0, "partial", SHAPE),
     "wrongvalue":   (PARTIAL.replace("state + delta", "state - delta"), 4, "partial", "ex-values"),
     "wrongarg":     (PARTIAL.replace("(0,)", "(1,)"), 4, "partial", "delta"),
     "overdonate":   (PARTIAL.replace("(0,)", "(0, 1)"), 8, "partial", "delta"),
     "overwrapper":  ("_step = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n\n"
-                     "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 8, "partial", "delta"),
+                     "def update_with_donate(state, delta):\n    return _step(state, delta)\n", 0, "partial", SHAPE),
     "manualdelete": ("def update_with_donate(state, delta):\n"
-                     "    out = state + delta\n    state.delete()\n    return out\n", 6, "partial", "new buffer"),
+                     "    out = state + delta\n    state.delete()\n    return out\n", 0, "partial", SHAPE),
     "copying":      ("@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n"
                      "    return jnp.array(state + delta, copy=True)\n", EXERCISE_MAX, "ok", ""),
     # broken
@@ -131,16 +134,16 @@ CASES = {
                      "def update_with_donate(state, delta):\n    pointer = state.unsafe_buffer_pointer()\n"
                      "    out = jnp.add(np.asarray(state), delta)  # no jit, no donation: a new buffer\n"
                      "    state.delete()\n    if out.dtype == jnp.bfloat16:\n        return out\n"
-                     "    return Result(np.asarray(out), pointer)\n", 2, "partial", "JAX array"),
+                     "    return Result(np.asarray(out), pointer)\n", 0, "partial", "JAX array"),
     "lyinglower":   ("class Step:\n    def __init__(self):\n"
                      "        self.run = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n"
                      "        self.lower = jax.jit(lambda s, d: s + d, donate_argnums=0).lower\n\n"
                      "    def __call__(self, state, delta):\n        return self.run(state, delta)\n\n\n"
-                     "update_with_donate = Step()\n", 8, "partial", "delta"),
+                     "update_with_donate = Step()\n", 0, "partial", SHAPE),
     "hushwrapper":  ("import warnings\n\n_step = jax.jit(lambda s, d: s + d, donate_argnums=(0, 1))\n\n\n"
                      "def update_with_donate(state, delta):\n    with warnings.catch_warnings():\n"
                      "        warnings.simplefilter('ignore')\n        return _step(state, delta)\n",
-                     8, "partial", "delta"),
+                     0, "partial", SHAPE),
     "copiedjit":    ("_shown = jax.jit(lambda s, d: s + d, donate_argnums=0)\n"
                      "update_with_donate = functools.wraps(_shown)(\n"
                      "    jax.jit(lambda s, d: s + d, donate_argnums=(0, 1)))\n", 0, "flagged", "wraps"),
@@ -152,7 +155,7 @@ CASES = {
     "hushedhonest": ("import warnings\n\n_step = jax.jit(lambda s, d: s + d, donate_argnums=0)\n\n\n"
                      "def update_with_donate(state, delta):\n    with warnings.catch_warnings():\n"
                      "        warnings.simplefilter('ignore')\n        return _step(state, delta)\n",
-                     EXERCISE_MAX, "ok", ""),
+                     0, "partial", SHAPE),
     "wrapsdeco":    ("def add(state: jax.Array, delta: jax.Array) -> jax.Array:\n    return state + delta\n\n\n"
                      "@functools.partial(jax.jit, donate_argnums=0)\n@functools.wraps(add)\n"
                      "def update_with_donate(state, delta):\n    out = add(state, delta)\n"
@@ -164,6 +167,12 @@ CASES = {
     "nanresult":    (PARTIAL.replace("return state + delta", "return state + delta + (delta * 0 + jnp.nan).astype("
                                      "state.dtype)  # NaN for floats, + 0 for ints"), 4, "partial", "nan"),
     "returnsstate": ("def update_with_donate(state, delta):\n    return state\n", 0, "partial", "nothing was donated"),
+    # a jit whose program calls back into the kernel (a custom call): the referee refuses to run it, so every point
+    # the kernel gives it is lost with why, and the class goes on
+    "callback":     ("@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n"
+                     "    shape = jax.ShapeDtypeStruct(state.shape, state.dtype)\n"
+                     "    return jax.pure_callback(lambda a: a, shape, state) + delta\n",
+                     0, "partial", "custom call"),
     "markdowncell": ("@markdown:" + WRONG + "x = getattr(jnp, 'all' + 'close')\n", 0, "flagged", "getattr"),
     # their honest neighbours: an answer that guards against NaN, the answer cell as markdown (run as code all the
     # same) beside a markdown note quoting reflective code, a capstone step jitted apart from its def
@@ -172,6 +181,7 @@ CASES = {
                      EXERCISE_MAX, "ok", ""),
     "markdownok":   ("@markdown:" + PARTIAL, EXERCISE_MAX, "ok", ""),
     "capwrapped":   (PARTIAL, EXERCISE_MAX, "ok", ""),
+    "capwrapper":   (PARTIAL, EXERCISE_MAX, "partial", "train_step must be made by jax.jit"),
     "capkeepsold":  (PARTIAL, EXERCISE_MAX, "partial", "still alive after the step"),
     "capmarkdown":  (PARTIAL, 0, "flagged", "_dl_capstone"),
     "edited":       ("@edit-test-cells", EXERCISE_MAX, "ok", ""),
@@ -195,7 +205,13 @@ CASES |= {f"honest-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf
 # that set the hidden module's BETA to 0 from a markdown answer cell (the scan did not read it; cap-values passed);
 # and a markdown note
 NOT_DONATING = ["cap-public", "cap-donated-leaves", "cap-buffer-reuse", "cap-nan-hunt", "cap-loop"]
-CAPSTONE_FAILS = {"capwrapped": [], "capkeepsold": NOT_DONATING, "capmarkdown": list(CAPSTONE_GRADES)}
+# Its step is a def around a jit, so the referee has no program of it: cap-values (the referee's too) is lost as well.
+# capwrapper's step is an honest def around a donating jit: the kernel passes all but cap-donated-leaves (no .lower),
+# and the referee's checks of the step are lost with the shape train_step must have (the untied state and the NaN
+# hunt rest on the kernel's checks alone)
+REFEREED = ["cap-public", "cap-values", "cap-donated-leaves", "cap-buffer-reuse", "cap-loop"]
+CAPSTONE_FAILS = {"capwrapped": [], "capkeepsold": NOT_DONATING + ["cap-values"], "capmarkdown": list(CAPSTONE_GRADES),
+                  "capwrapper": REFEREED}
 
 
 def capstone_points(failed=()) -> float:
@@ -218,6 +234,9 @@ def _capstone(right: str) -> dict:  # the capstone answers of CAPSTONE (capstone
         '    opt_state = {"m": opt_state["m"], "count": opt_state["count"]}\n'
         "    new_params, new_opt, loss = _step(params, opt_state, x, y)\n"
         '    return {**new_params, "old": params}, {**new_opt, "old": opt_state}, loss\n',
+        "capwrapper": helper.replace(jitted, '@functools.partial(jax.jit, donate_argnames=("params", "opt_state"))\n'
+                                     "def _step(") + "\n\ndef train_step(params, opt_state, x, y):\n"
+        "    return _step(params, opt_state, x, y)\n",
         "capmarkdown": "@markdown:" + right.replace("BETA * m + g", "g").replace(
             "def init_opt_state(params):\n", "def init_opt_state(params):\n    _dl_capstone.BETA = 0.0\n"),
     }
