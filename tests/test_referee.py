@@ -350,3 +350,40 @@ def test_an_honest_neighbour_of_a_forging_kernel_gets_full_marks_unflagged(forge
     rows, _ = forged
     row = rows["cap-right"]
     assert row["status"] == "ok" and float(row[exercise_corpus.EXERCISE]) == exercise_corpus.MAX, row
+
+
+@pytest.mark.parametrize("handover", [
+    {"programs": "x", "checks": {"values": 0}},
+    {"programs": [{"programs": ["not", "a", "dict"]}], "checks": {"values": 0}},
+    {"programs": [{"programs": {"float32[0]": {"text": 5, "kept": "all"}}}], "checks": {"values": 0}},
+    {"programs": [None], "checks": {"values": 0, "training loop": "0"}},
+])
+def test_a_hand_over_of_any_other_shape_is_not_judged_and_breaks_nothing(handover):
+    verdicts = list(judge.judge(asks.EXERCISE, handover))
+    assert [v.check for v in verdicts] == EXERCISE_CHECKS and {v.outcome for v in verdicts} == {UNJUDGED}
+
+
+def test_the_hand_over_is_read_from_the_notebook_checked_and_taken_out(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from donation_course.grading.referee.received import take_handovers
+
+    entry = {"programs": {"float32[2]": {"text": "module {}", "kept": [0, 1]}}}
+
+    def shown(record):
+        return new_output("display_data", data={asks.MIME: record})
+
+    first = new_code_cell("check 1", outputs=[shown({"answer": "exercise", "check": "values", "index": 0,
+                                                     "entry": entry}),
+                                              new_output("stream", name="stdout", text="\u2714 values: ok\n")])
+    later = new_code_cell("check 2", outputs=[shown({"answer": "exercise", "check": "training loop", "index": 0}),
+                                              shown({"answer": "nobody", "check": "x", "index": 0}),
+                                              shown({"answer": "exercise", "check": "values", "index": -1}),
+                                              shown("not a record")])
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[first, later]), path)
+    assert take_handovers([path, tmp_path / "absent.ipynb"]) == {
+        "exercise": {"programs": [entry], "checks": {"values": 0, "training loop": 0}}}
+    nb = nbformat.read(path, as_version=4)
+    assert [len(c.outputs) for c in nb.cells] == [1, 0] and asks.MIME not in path.read_text()

@@ -60,7 +60,8 @@ class Programs:
                             f"program to read. {self.answer.spelled}.")
         if "error" in entry:
             raise _Unjudged(f"{self.answer.function} could not be lowered: {str(entry['error'])[:300]}")
-        one = (entry.get("programs") or {}).get(key)
+        programs = entry.get("programs")
+        one = programs.get(key) if isinstance(programs, dict) else None
         if not isinstance(one, dict):
             raise _Unjudged(f"the grader received no program of {self.answer.function} for {key}.")
         if "error" in one:
@@ -359,6 +360,9 @@ def judge(answer: Answer, handover) -> Iterator[Verdict]:
             yield Verdict(check, FAIL, str(exc))
         except _Unjudged as exc:
             yield Verdict(check, UNJUDGED, str(exc))
+        except Exception as exc:  # a hand-over of a shape no honest kernel writes
+            yield Verdict(check, UNJUDGED, f"the grader could not read the hand-over of {answer.function} "
+                          f"({type(exc).__name__}).")
         else:
             yield Verdict(check, PASS, message)
 
