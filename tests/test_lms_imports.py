@@ -22,7 +22,7 @@ LONG = ("the kernel died while running the notebook because the learner's traini
         "an array of sixteen gibibytes, which the grading sandbox refused, as it refuses every kernel that "
         "asks for more memory than its limit, which the instructor sets with --memory-mb on the command line")
 
-# sid -> (Student, the files grades.csv lists, the roster's (first, last, e-mail) or None)
+# sid -> (Student, the files grades.csv lists, the roster's (first, last, e-mail[, Canvas user id]) or None)
 CLASS = {
     # Canvas: a roster name, a late penalty with an accent and no roster, flagged work
     "1002": (Student({EX: 1.0}), f"submissions/doejane_1002_5001_{EX}.ipynb", ("Jane", "Doe", "")),
@@ -38,7 +38,7 @@ CLASS = {
                  f"Assignment_jane_doe_attempt_2024-03-01-10-00-00_{EX}.ipynb", None),
     "k.roe": (Student({EX: 1.0}, kind="error"), f"HW 7_k.roe_attempt_2024-03-01-11-00-00_{EX}.ipynb", None),
     # nbgrader's exchange, and a flat folder: the school's logins
-    "ann": (Student({EX: 1.0}), f"ann/{A}/{EX}.ipynb", ("Ann", "Lee", "ann.lee@uni.example")),
+    "ann": (Student({EX: 1.0}), f"ann/{A}/{EX}.ipynb", ("Ann", "Lee", "ann.lee@uni.example", "7001")),
     "bob_2": (Student({EX: 0.5}), f"bob_2_{EX}.ipynb", None),
 }
 ORIGIN = {"canvas": ["1002", "1005", "1007"], "moodle": ["4102", "4200"], "blackboard": ["jane_doe", "k.roe"],
@@ -57,7 +57,8 @@ def lms_class(tmp_path_factory, generated_course):
     with open_gradebook(course) as gb:
         for sid, (_, _, roster) in CLASS.items():
             if roster:
-                gb.update_or_create_student(sid, first_name=roster[0], last_name=roster[1], email=roster[2] or None)
+                gb.update_or_create_student(sid, first_name=roster[0], last_name=roster[1], email=roster[2] or None,
+                                            lms_user_id=roster[3] if len(roster) > 3 else None)
     summaries = {sid: dataclasses.replace(s, files=CLASS[sid][1], name=CLASS[sid][0].name)
                  for sid, s in summaries.items()}
     summaries["k.roe"].reasons[:] = [LONG]
@@ -154,7 +155,8 @@ def test_an_exchange_class_gets_every_lms_file_keyed_by_login_and_email(tmp_path
     assert written(tmp_path) == ["blackboard-import.csv", "canvas-import.csv", "moodle-grades.csv"]
     assert "--lms-files" in lines[0]
     canvas = {r["SIS Login ID"]: r for r in records(tmp_path / "canvas-import.csv")[1:]}
-    assert canvas["ann"]["ID"] == "" and canvas["ann"]["Student"] == "Lee, Ann" and set(canvas) == {"ann", "bob_2"}
+    assert canvas["ann"]["Student"] == "Lee, Ann" and set(canvas) == {"ann", "bob_2"}
+    assert (canvas["ann"]["ID"], canvas["bob_2"]["ID"]) == ("7001", "")  # the roster's lms_user_id, where it has one
     moodle = {r["Username"]: r["Email address"] for r in records(tmp_path / "moodle-grades.csv")}
     assert moodle == {"ann": "ann.lee@uni.example", "bob_2": ""}
     assert {r["Username"] for r in records(tmp_path / "blackboard-import.csv")} == {"ann", "bob_2"}
@@ -167,7 +169,7 @@ def test_a_mixed_class_never_puts_one_lms_ids_in_another_lms_file(tmp_path, lms_
     export(course, list(rows.values()), tmp_path)
     assert written(tmp_path) == sorted(FILES)
     canvas = records(tmp_path / "canvas-import.csv")[1:]
-    assert {r["ID"] or r["SIS Login ID"] for r in canvas} == {*ORIGIN["canvas"], *ORIGIN["exchange"]}
+    assert {r["SIS Login ID"] or r["ID"] for r in canvas} == {*ORIGIN["canvas"], *ORIGIN["exchange"]}
     board = {r["Username"] for r in records(tmp_path / "blackboard-import.csv")}
     assert board == {*ORIGIN["blackboard"], *ORIGIN["exchange"]}
     sheet = {r["Identifier"] for r in records(tmp_path / "moodle-worksheet.csv")}
@@ -192,12 +194,14 @@ def canvas_download(path):
 
 
 def moodle_download(path):
-    """Moodle's grades export (Grades > Export > Plain text file)."""
-    header = ('"First name","Last name","ID number",Institution,Department,"Email address",'
-              '"Assignment: Buffer Donation Lab (Real)","Course total (Real)","Last downloaded from this course"')
+    """Moodle's grades export (Grades > Export > Plain text file), semicolon-separated, with two display
+    types of the assignment (the real grade is the one imported)."""
+    header = ('"First name";"Last name";"ID number";Institution;Department;"Email address";'
+              '"Assignment: Buffer Donation Lab (Real)";"Assignment: Buffer Donation Lab (Percentage)";'
+              '"Course total (Real)";"Last downloaded from this course"')
     path.write_text(header + "\n" + textwrap.dedent("""\
-        Wei,Chen,S4102,Uni,CS,wei.chen@uni.example,-,-,1709290000
-        Ann,Lee,S0001,Uni,CS,ann.lee@uni.example,-,-,1709290000
+        Wei;Chen;S4102;Uni;CS;wei.chen@uni.example;-;-;-;1709290000
+        Ann;Lee;S0001;Uni;CS;ann.lee@uni.example;-;-;-;1709290000
         """), encoding="utf-8")
     return path
 

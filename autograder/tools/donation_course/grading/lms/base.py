@@ -49,6 +49,7 @@ class LmsGrade:
     first_name: str = ""
     last_name: str = ""
     email: str = ""
+    lms_user_id: str = ""     # the roster's (nbgrader db student add --lms-user-id): the LMS's own user id
     timestamp: str = ""       # nbgrader's submission time, ISO, UTC ('' none)
 
     def names(self) -> tuple[str, str]:
@@ -107,7 +108,8 @@ class Download:
             except UnicodeDecodeError:
                 raise ColumnError(f"{path}: not a text gradebook download (CSV or tab-separated)") from None
         first = text.split("\n", 1)[0]
-        lines = list(csv.reader(io.StringIO(text), delimiter="\t" if "\t" in first else ","))
+        delimiter = max("\t,;:", key=first.count)  # Moodle's export may use any of these
+        lines = list(csv.reader(io.StringIO(text), delimiter=delimiter if delimiter in first else ","))
         header = [h.strip() for h in lines[0]] if lines else []
         rows = [dict(zip(header, (v.strip() for v in line), strict=False)) for line in lines[1:] if any(line)]
         return cls(path, header, rows)
@@ -130,6 +132,7 @@ class Column:
     example: str                   # for help texts
     keys: tuple[str, ...] = ()     # the download's columns that name a student
     needs_id: bool = True          # a header without the LMS's id makes a new column on import
+    prefer: str = ""               # among several columns of one title, the one this regex finds
 
     def default(self, title: str, top: float) -> str:
         return title
@@ -155,6 +158,8 @@ def pick_column(lms: Lms, given: str, title: str, top: float) -> Picked:
         download = Download.read(path)
         found = [h for h in download.header if column.pattern.match(h)]
         named = [h for h in found if loose(column.pattern.match(h)["title"]) == loose(title)]
+        if len(named) > 1 and column.prefer:
+            named = [h for h in named if re.search(column.prefer, h)] or named
         if len(named) == 1:
             return Picked(named[0], download)
         shown = ", ".join(repr(h) for h in found) or "none"
@@ -222,7 +227,7 @@ class LmsExport(ExportPlugin):
         """The download's row of this student (by id or e-mail), or None without a download."""
         if self.download is None:
             return None
-        return self.download.find(keys, {grade.student, grade.email})
+        return self.download.find(keys, {grade.student, grade.email, grade.lms_user_id})
 
 
 def with_roster(grade: LmsGrade, gradebook) -> LmsGrade:
@@ -234,7 +239,7 @@ def with_roster(grade: LmsGrade, gradebook) -> LmsGrade:
     except MissingEntry:
         return grade
     return replace(grade, first_name=s.first_name or grade.first_name, last_name=s.last_name or grade.last_name,
-                   email=s.email or grade.email,
+                   email=s.email or grade.email, lms_user_id=s.lms_user_id or grade.lms_user_id,
                    name=" ".join(n for n in (s.first_name, s.last_name) if n) or grade.name)
 
 

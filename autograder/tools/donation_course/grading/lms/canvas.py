@@ -9,7 +9,8 @@ SIS User ID, SIS Login ID, Section`, then the assignment column `Title (assignme
 (without `(id)` Canvas makes a new assignment), after a `Points Possible` row. Canvas
 matches a row on `ID` (its user id), else `SIS User ID`, else `SIS Login ID`. A student
 from a Canvas export is keyed by `ID`; an nbgrader or flat id (the school's login) by
-`SIS Login ID`; with the gradebook download (`--canvas-column Grades.csv`), every row
+`SIS Login ID` (and by `ID` where the roster holds its Canvas user id, nbgrader's
+`lms_user_id`); with the gradebook download (`--canvas-column Grades.csv`), every row
 is Canvas's own row for that student, and a student it lacks is left out, with the reason.
 """
 from __future__ import annotations
@@ -50,8 +51,8 @@ class CanvasExport(LmsExport):
             return {k: row.get(k, "") for k in FIELDS}
         if g.origin == "canvas":
             return {"Student": name, "ID": g.student}
-        if g.origin in NEUTRAL:
-            return {"Student": name, "SIS Login ID": g.student}
+        if g.origin in NEUTRAL:  # the school's login; the roster's Canvas user id where nbgrader has it
+            return {"Student": name, "ID": g.lms_user_id, "SIS Login ID": g.student}
         self.leave_out(g, f"a {g.origin} id, which Canvas does not know")
         return None
 

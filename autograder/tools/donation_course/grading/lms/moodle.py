@@ -39,7 +39,8 @@ class MoodleColumn(Column):
 
 COLUMN = MoodleColumn(flag="--moodle-column", trait="moodle_column",
                       pattern=re.compile(r"^(?:[^:]+: )?(?P<title>.+?) \((?:Real|Percentage|Letter)\)$"),
-                      example="Assignment: Buffer Donation (Real)", keys=KEYS, needs_id=False)
+                      example="Assignment: Buffer Donation (Real)", keys=KEYS, needs_id=False,
+                      prefer=r"\(Real\)$")
 
 
 def moodle_time(when: dt.datetime) -> str:
