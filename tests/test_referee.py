@@ -387,3 +387,11 @@ def test_the_hand_over_is_read_from_the_notebook_checked_and_taken_out(tmp_path)
         "exercise": {"programs": [entry], "checks": {"values": 0, "training loop": 0}}}
     nb = nbformat.read(path, as_version=4)
     assert [len(c.outputs) for c in nb.cells] == [1, 0] and asks.MIME not in path.read_text()
+
+
+def test_the_worked_example_of_an_honest_answer_is_compiled_run_and_passed():
+    # the everyday tier's one compile: the referee's path from hand-over to verdict
+    handed = {"programs": [handover._entry(asks.EXERCISE, PARTIAL)], "checks": {"worked example": 0}}
+    verdicts = {v.check: v for v in judge.judge(asks.EXERCISE, handed)}
+    assert verdicts.pop("worked example").outcome == PASS
+    assert {v.outcome for v in verdicts.values()} == {UNJUDGED}  # the others were never handed over

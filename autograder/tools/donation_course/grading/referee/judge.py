@@ -60,8 +60,8 @@ class Programs:
                             f"program to read. {self.answer.spelled}.")
         if "error" in entry:
             raise _Unjudged(f"{self.answer.function} could not be lowered: {str(entry['error'])[:300]}")
-        programs = entry.get("programs")
-        one = programs.get(key) if isinstance(programs, dict) else None
+        listed = entry.get("programs")
+        one = listed.get(key) if isinstance(listed, dict) else None
         if not isinstance(one, dict):
             raise _Unjudged(f"the grader received no program of {self.answer.function} for {key}.")
         if "error" in one:
