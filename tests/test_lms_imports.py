@@ -266,6 +266,13 @@ def test_a_title_no_download_holds_stops_before_anything_is_written(tmp_path, lm
         check_columns(course, settings)
     line = str(raised.value)
     assert "\n" not in line and "Buffer Donation Lab" in line and "--lms-title" in line
+    from donation_course.grading.cli import parser, settings_from
+
+    args = ["export.zip", "--course", str(course.root), f"--{lms}-column", str(download)]
+    with pytest.raises(CourseError, match="candidates"):  # ./course grade stops before grading anyone
+        settings_from(parser().parse_args(args), course)
+    assert getattr(settings_from(parser().parse_args([*args, "--lms-title", "Buffer Donation Lab"]), course),
+                   f"{lms}_column") == str(download)  # the LMS's title picks it
     with pytest.raises(CourseError):
         export(course, list(rows.values()), tmp_path / "out", **{f"{lms}_column": str(download)})
     assert written(tmp_path / "out") == []
