@@ -231,6 +231,21 @@ def test_a_link_to_a_missing_page_or_heading_is_a_problem(tmp_path):
         f"x.html: link to {served}a.html#gone: no #gone there", f"x.html: link to {served}b.html goes nowhere"]
 
 
+def test_the_build_replaces_only_a_folder_it_built(tmp_path):
+    build.check_replaceable(tmp_path / "new")
+    (tmp_path / "empty").mkdir()
+    build.check_replaceable(tmp_path / "empty")
+    (tmp_path / "old").mkdir()
+    for name in ("index.html", ".nojekyll"):
+        (tmp_path / "old" / name).touch()
+    build.check_replaceable(tmp_path / "old")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "index.html").touch()
+    for folder in (tmp_path / "mine", ROOT, ROOT.parent):
+        with pytest.raises(build.SiteError):
+            build.check_replaceable(folder)
+
+
 def test_the_site_binder_links_name_the_readmes_repository():
     readme = (ROOT / "README.md").read_text()
     assert f"https://mybinder.org/v2/gh/{build.REPOSITORY}/{build.BRANCH}?urlpath=lab/tree/" in readme

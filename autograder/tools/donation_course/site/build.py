@@ -145,12 +145,24 @@ def check(html: Path, scrub: Scrubber) -> None:
         raise SiteError("a lesson page still shows the build machine:\n" + "\n".join(problems))
 
 
+def check_replaceable(out: Path) -> None:
+    """`out` is replaced whole: only when it is missing, empty, or a site this command built (its index and
+    the .nojekyll it writes), never the checkout or a folder above it."""
+    out = out.resolve()
+    if out == ROOT.resolve() or ROOT.resolve().is_relative_to(out):
+        raise SiteError(f"--out {out} would replace the checkout")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (
+            (out / "index.html").is_file() and (out / ".nojekyll").is_file()))):
+        raise SiteError(f"--out {out} is not empty and not a site ./course site built; give another folder")
+
+
 def build(out: Path, sphinx_python: str, repository: str = REPOSITORY, branch: str = BRANCH, jobs: int = 2,
           work: Path = WORK) -> Path:
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     missing = [name for name in names if not (SOLUTIONS / name).is_file()]
     if not names or missing:
         raise SiteError(f"no learner notebooks, or no solved copy of {missing}: run ./course regenerate first")
+    check_replaceable(out)
     start = time.perf_counter()
     if work.exists():
         shutil.rmtree(work)
