@@ -1,13 +1,15 @@
 """The capstone of the graded notebook graded end to end through `./course grade`
 (scratch course, 2 workers) on its corpus (donation_course/corpus/capstone.py):
 every case gets its expected score, loses points exactly in the grade cells
-it should, and its feedback never shows the hidden checks' source."""
+it should, and its feedback never shows the hidden checks' source nor the
+programs handed over to the referee (grading/referee/)."""
 import pytest
 
 from donation_course.corpus import capstone as corpus
 from donation_course.corpus import exercise as exercise_corpus
 from donation_course.course import EXERCISE_ANSWER
-from helpers import grade_corpus, read_grades
+from donation_course.grading.referee.asks import MIME
+from helpers import ASSIGNMENT, grade_corpus, read_grades
 
 GRADE_IDS = corpus.GRADE_IDS  # the grade cells after the capstone's answer cell, read from the source
 
@@ -43,3 +45,8 @@ def test_each_capstone_answer_gets_its_expected_score(graded, student):
         assert f"{corpus.EXERCISE}/{gid}" not in row["reason"], row["reason"]
     feedback = (course / ".grading" / "feedback" / f"{student}.html").read_text()
     assert "_dl_capstone" not in feedback and "check_nan_hunt" not in feedback
+    # the programs handed over to the referee are taken out of the notebook before the feedback is written
+    autograded = course / "autograded" / student / ASSIGNMENT / f"{corpus.EXERCISE}.ipynb"
+    assert MIME not in autograded.read_text() and "stablehlo" not in feedback
+    if student == "cap-debug-print":  # the referee refuses its program, and says why, unflagged
+        assert "custom call" in row["reason"] and row["status"] == "partial", row

@@ -1,7 +1,8 @@
 """The capstone's grading corpus: one learner copy of the graded notebook per
 case, the exercise answered correctly (EXERCISE_POINTS) and the capstone
 answered right or wrong. Each case names the capstone checks (grade ids) it
-must fail; its expected capstone score in CASES is CAPSTONE_MAX less their
+must fail (those of the step's program both in the kernel and in the referee,
+grading/referee/); its expected capstone score in CASES is CAPSTONE_MAX less their
 points, all read from the source notebook (donation_course.course), and a
 case's total is EXERCISE_POINTS + its capstone score.
 
@@ -80,10 +81,17 @@ FAILS = {
     "cap-no-clear-after": (INIT + STEP + HUNT.replace("    finally:\n        train_step.clear_cache()\n", ""),
                            ["cap-nan-hunt", "cap-loop"]),
     "cap-unanswered":   (None, GRADE_IDS),  # every check fails
+    # right in the kernel, but its program calls back into the kernel (jax.debug.print is a host callback): the
+    # referee does not run it, so the checks of the step's program are lost, each with why (unflagged)
+    "cap-debug-print":  (INIT + STEP.replace("    loss, grads =", '    jax.debug.print("loss at {x}", x=x[0, 0])\n'
+                                             "    loss, grads =") + HUNT, exercise_corpus.REFEREED),
 }
 # Forgeries of the capstone written against the checks (corpus/forgeries/*.capstone): each donates nothing, and
-# must earn what an honest non-donating step earns (cap-nodonate), unflagged (nothing in them is tampering)
-FAILS |= {f"cap-forged-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf-8"), exercise_corpus.NOT_DONATING)
+# must earn no more than an honest non-donating step earns (cap-nodonate), unflagged (nothing in them is tampering).
+# Their train_step is a def around a jit, not a jax.jit function: the referee has no program of it, so cap-values
+# (the referee's as well as the kernel's) is lost too
+FAILS |= {f"cap-forged-{path.stem.replace('_', '-')}": (path.read_text(encoding="utf-8"),
+                                                         exercise_corpus.NOT_DONATING + ["cap-values"])
           for path in sorted(exercise_corpus.FORGERIES.glob("*.capstone"))}
 # student: (capstone answer source, expected capstone points, grade ids that must lose points)
 CASES = {student: (answer, exercise_corpus.capstone_points(failed), failed)
