@@ -177,7 +177,7 @@ def check_deleted(train_step) -> str:
     alive += [f"opt_state{keystr(p)}" for p, leaf in _leaves(opt) if not leaf.is_deleted()]
     if alive:
         fail(f"still alive after the step, so not donated: {', '.join(alive)}.",
-             'donate both trees: donate_argnames=("params", "opt_state").')
+             'donate both trees by their argument names (lesson 4 shows how).')
     if xd.is_deleted() or yd.is_deleted():
         fail("x or y was deleted: the data is read again on the next step.",
              "donate params and opt_state only.")
@@ -189,7 +189,7 @@ def check_deleted(train_step) -> str:
     # params (2 leaves) and opt_state (3 leaves) first, then x and y
     if flags != [True] * 5 + [False] * 2:
         fail("train_step asks to donate more (or less) than the leaves of params and opt_state.",
-             'donate_argnames=("params", "opt_state") and nothing else.')
+             'donate params and opt_state, and nothing else.')
     return "all 5 leaves of params and opt_state were donated; x and y were kept."
 
 
@@ -207,7 +207,7 @@ def check_reuse(train_step) -> str:
     kept = [f"{side}{keystr(p)}" for side, tree in (("params", params), ("opt_state", opt))
             for p, leaf in _leaves(tree) if not leaf.is_deleted()]
     # an input returned as an output (inside a bigger tree) has its own pointer, and was not donated
-    expect_reused(before, kept, out, 'donate both trees: donate_argnames=("params", "opt_state").',
+    expect_reused(before, kept, out, 'donate both trees by their argument names (lesson 4 shows how).',
                   "a new buffer was allocated.",
                   "donate both trees, and return each leaf with its input's shape and dtype.")
     return "every leaf of params and opt_state lends its buffer to an output leaf."
@@ -238,7 +238,7 @@ def check_untied(train_step, init_opt_state) -> str:
     if len(set(pointers)) != len(pointers):
         fail("two leaves of opt_state (or a leaf of opt_state and one of params) share one buffer: "
              "a step that donates both would fail with 'Attempt to donate the same buffer twice'.",
-             "give every leaf its own buffer: jnp.zeros_like per leaf, or .copy().")
+             "give every leaf a fresh buffer of its own (lesson 4, tied buffers).")
     for name, leaf in leaves.items():
         value = _host(leaf, name)
         if (value != 0).any():
@@ -266,7 +266,7 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
     except Exception as exc:
         config_update("jax_debug_nans", False)
         fail(f"hunt_nans raised {type(exc).__name__}: {exc}".splitlines()[0],
-             "catch FloatingPointError, and clear train_step's cache first so the re-run finds its inputs.")
+             "catch FloatingPointError, and hunt with a second jit of the step that donates nothing (lesson 5).")
     if debug_nans():
         config_update("jax_debug_nans", False)
         fail("jax_debug_nans is still on after hunt_nans.", "use `with jax.debug_nans(True):`.")

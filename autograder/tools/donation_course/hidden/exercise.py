@@ -152,7 +152,7 @@ def check_invalidation(update_with_donate) -> str:
     block_until_ready(out)
     if not state.is_deleted():
         fail("after update_with_donate(state, delta), state is still alive, so its buffer was "
-             "not donated.", "compile with jax.jit(..., donate_argnums=(0,)): argument 0 is state.")
+             "not donated.", "ask jax.jit to donate state, the first argument (lesson 1 shows how).")
     try:
         asarray(state)
     except RuntimeError:
@@ -161,13 +161,13 @@ def check_invalidation(update_with_donate) -> str:
         fail("reading the donated state did not raise RuntimeError.")
     if delta.is_deleted():
         fail("delta was deleted too: only state may be donated.",
-             "donate argument 0 only: donate_argnums=(0,).")
+             "donate state only: the caller reads delta again (lesson 2).")
     if asarray(delta).tolist() != kept:
         fail("delta changed during the call.", "do not modify delta.")
     if _asks_to_donate_delta(update_with_donate):
         fail("delta is marked for donation too. With one output JAX can reuse only one buffer, so "
              "it left delta alive this time (with a warning), but the specification says delta must not "
-             "be donated.", "donate argument 0 only: donate_argnums=(0,).")
+             "be donated.", "donate state only: the caller reads delta again (lesson 2).")
     return ("after the call, state is deleted (reading it raises RuntimeError) and delta is "
             "still valid and unchanged.")
 
@@ -208,14 +208,14 @@ def check_real_donation(update_with_donate) -> str:
     block_until_ready(out)
     if not state.is_deleted():  # state itself returned, or copied in place: its buffer was never given up
         fail("state is still alive after the call: nothing was donated, so the result cannot have taken "
-             "its buffer.", "compile with jax.jit(..., donate_argnums=(0,)) and return state + delta.")
+             "its buffer.", "ask jax.jit to donate state, and return a new array of state's shape and dtype (lesson 1).")
     got = out.unsafe_buffer_pointer()
     if got == delta_pointer:
         fail("the result was written into delta's buffer, not state's.",
-             "donate state (argument 0), not delta: donate_argnums=(0,).")
+             "donate state, the first argument, not delta (lesson 2).")
     if got != pointer:
         fail("the result was written into a new buffer, so XLA did not reuse state's memory.",
-             "compile with jax.jit(..., donate_argnums=(0,)) and return state + delta.")
+             "ask jax.jit to donate state, and return a new array of state's shape and dtype (lesson 1).")
     return "the result occupies the very buffer that state had: no new allocation."
 
 
