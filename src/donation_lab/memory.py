@@ -225,7 +225,7 @@ def _parse(proc_out: str, proc_err: str, returncode: int) -> LoopMeasurement:
     raise RuntimeError(f"memory measurement failed (exit {returncode}):\n{proc_err[-2000:]}")
 
 
-IN_PROCESS_ENV = "DONATION_LAB_MEASURE_IN_PROCESS"  # set in grading kernels, which start no process
+IN_PROCESS_ENV = "DONATION_LAB_NO_PROCESSES"  # set in grading kernels, which start no process
 
 
 def measure_loop(n_elements: int, steps: int = 3, donate: bool = True,

@@ -80,7 +80,7 @@ def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
         "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         # no process starts in a grading kernel: lesson 1's memory measurement runs in the kernel itself
-        "DONATION_LAB_MEASURE_IN_PROCESS": "1",
+        "DONATION_LAB_NO_PROCESSES": "1",
     }
     if cache:
         env.update(JAX_COMPILATION_CACHE_DIR=cache,
