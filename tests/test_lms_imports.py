@@ -37,12 +37,15 @@ CLASS = {
     "jane_doe": (Student({EX: 1.0}, name="Jane van Berg"),
                  f"Assignment_jane_doe_attempt_2024-03-01-10-00-00_{EX}.ipynb", None),
     "k.roe": (Student({EX: 1.0}, kind="error"), f"HW 7_k.roe_attempt_2024-03-01-11-00-00_{EX}.ipynb", None),
+    "dan": (Student({EX: 1.0}, kind="timeout"), f"HW 7_dan_attempt_2024-03-01-11-30-00_{EX}.ipynb", None),
     # nbgrader's exchange, and a flat folder: the school's logins
     "ann": (Student({EX: 1.0}), f"ann/{A}/{EX}.ipynb", ("Ann", "Lee", "ann.lee@uni.example", "7001")),
     "bob_2": (Student({EX: 0.5}), f"bob_2_{EX}.ipynb", None),
+    # flagged, then graded by hand
+    "eve": (Student({EX: 0.0}, kind="flagged", by_hand={EX: 0.5}), f"eve_{EX}.ipynb", None),
 }
-ORIGIN = {"canvas": ["1002", "1005", "1007"], "moodle": ["4102", "4200"], "blackboard": ["jane_doe", "k.roe"],
-          "exchange": ["ann", "bob_2"]}
+ORIGIN = {"canvas": ["1002", "1005", "1007"], "moodle": ["4102", "4200"], "blackboard": ["jane_doe", "k.roe", "dan"],
+          "exchange": ["ann", "bob_2", "eve"]}
 FILES = ("canvas-import.csv", "moodle-worksheet.csv", "moodle-grades.csv", "blackboard-import.csv")
 
 
@@ -143,7 +146,8 @@ def test_a_blackboard_class_gets_names_in_their_columns_and_whole_words(tmp_path
     assert list(table["jane_doe"])[:7] == ["Last Name", "First Name", "Username", "Student ID", "Last Access",
                                            "Availability", column]
     assert (table["jane_doe"]["First Name"], table["jane_doe"]["Last Name"]) == ("Jane van", "Berg")
-    assert table["jane_doe"][column] == str(TOP) and table["k.roe"][column] == ""
+    assert table["jane_doe"][column] == str(TOP) and table["k.roe"][column] == table["dan"][column] == ""
+    assert table["dan"]["Grading Notes"].startswith("not graded (timeout") and table["dan"]["Notes Format"]
     note = table["k.roe"]["Grading Notes"]
     shown = note.split("(error: ", 1)[1].split(")", 1)[0].removesuffix(" ...")
     assert LONG.startswith(shown) and LONG[len(shown)] == " " and len(shown) < len(LONG)  # cut between words
@@ -155,11 +159,12 @@ def test_an_exchange_class_gets_every_lms_file_keyed_by_login_and_email(tmp_path
     assert written(tmp_path) == ["blackboard-import.csv", "canvas-import.csv", "moodle-grades.csv"]
     assert "--lms-files" in lines[0]
     canvas = {r["SIS Login ID"]: r for r in records(tmp_path / "canvas-import.csv")[1:]}
-    assert canvas["ann"]["Student"] == "Lee, Ann" and set(canvas) == {"ann", "bob_2"}
+    assert canvas["ann"]["Student"] == "Lee, Ann" and set(canvas) == {"ann", "bob_2", "eve"}
+    assert float(canvas["eve"][A]) == TOP / 2 and "eve" not in notes(tmp_path)  # the hand-graded score, not blank
     assert (canvas["ann"]["ID"], canvas["bob_2"]["ID"]) == ("7001", "")  # the roster's lms_user_id, where it has one
     moodle = {r["Username"]: r["Email address"] for r in records(tmp_path / "moodle-grades.csv")}
-    assert moodle == {"ann": "ann.lee@uni.example", "bob_2": ""}
-    assert {r["Username"] for r in records(tmp_path / "blackboard-import.csv")} == {"ann", "bob_2"}
+    assert moodle == {"ann": "ann.lee@uni.example", "bob_2": "", "eve": ""}
+    assert {r["Username"] for r in records(tmp_path / "blackboard-import.csv")} == {"ann", "bob_2", "eve"}
     export(course, rows_of(rows, "exchange"), tmp_path, lms_files="moodle")  # the one asked for
     assert written(tmp_path) == ["moodle-grades.csv"]
 

@@ -156,10 +156,10 @@ def write_exports(course: Course, rows: list[dict], out: Path, settings) -> list
                                   assignment=[course.assignment], column=picked.header, skip_empty=True,
                                   timezone=settings.timezone or course_timezone(course.config))
                 plugin.export(gb)
-                for sid, why in plugin.notes.items():
-                    left_out.setdefault(sid, []).append(why)
-                if plugin.kept:
+                if plugin.kept:  # who a file not written leaves out is no news
                     written.append(f"{exporter.filename} ({plugin.kept})")
+                    for sid, why in plugin.notes.items():
+                        left_out.setdefault(sid, []).append(why)
             if picked.note:
                 lines.append(f"{lms.title}: {picked.note}")
     for lms in with_files():  # no stale file of an LMS not written this run
