@@ -70,7 +70,7 @@ CASES = [
                 '@functools.partial(jax.jit, donate_argnames="params")\n'
                 "def sgd_update(params, grads):\n"
                 "    return params - 0.5 * grads\n",
-                'checks.require("sgd_update")', ("jax.tree.map", "TypeError")),
+                'checks.require("sgd_update")', ("leaf by leaf", "TypeError"), ("lambda p, g",)),
     # 5.2: returning the exception instead of its text got "expected a message naming sqrt, got ...".
     WrongAnswer("05_debug_nans.ipynb", "def find_nan(step, params, grad):",
                 "def find_nan(step, params, grad):\n"
@@ -81,11 +81,26 @@ CASES = [
                 "            return exc\n"
                 "    return None\n",
                 'checks.require("find_nan")', ("str(exc)",)),
+    # Capstone: a Python int as opt_state's count crashed the public check with an AttributeError
+    # ('int' object has no attribute 'unsafe_buffer_pointer').
+    WrongAnswer("07_update_with_donate.ipynb", '"count": jnp.zeros((), jnp.int32)}',
+                "def init_opt_state(params):\n"
+                '    return {"m": jax.tree.map(jnp.zeros_like, params), "count": 0}\n\n\n'
+                "def _step(params, opt_state, x, y):\n"
+                "    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)\n"
+                "    m = jax.tree.map(lambda m, g: BETA * m + g, opt_state['m'], grads)\n"
+                "    new_params = jax.tree.map(lambda p, m: p - LR * m, params, m)\n"
+                "    return new_params, {'m': m, 'count': opt_state['count'] + 1}, loss\n\n\n"
+                'train_step = jax.jit(_step, donate_argnames=("params", "opt_state"))\n'
+                "hunt_nans = None\n",
+                'checks.require("init_opt_state", "train_step", "hunt_nans")',
+                ("opt_state['count'] is an int, not a JAX array",), ("AttributeError", "unsafe_buffer_pointer")),
     # 6.2: constraining to the Explicit mesh's sharding showed JAX's traceback, which suggests `reshard`.
     WrongAnswer("06_shardings.ipynb", "quiet_fixed = jax.jit(lambda v: jax.lax.with_sharding_constraint",
                 "quiet_fixed = jax.jit(lambda v: jax.lax.with_sharding_constraint(2.0 * v, split), "
                 "donate_argnums=0)\n",
-                'checks.require("quiet_fixed")', ("Explicit", "auto_split"), ("You probably meant",)),
+                'checks.require("quiet_fixed")', ("Explicit", "the input's own mesh"),
+                ("You probably meant", "auto_split")),
 ]
 
 # Signs of a raw traceback or of a message that is not the check's own.

@@ -443,3 +443,24 @@ def test_expect_true_passes_with_its_own_sentence_and_fails_with_its_message(cap
                            hint="h", passing="delta is still alive after apply_delta")
     assert str(info.value) == "delta after apply_delta: delta was deleted, but the caller still reads it\nHint: h"
     assert capsys.readouterr().out == ""
+
+
+def test_expect_own_buffers_names_a_python_int_leaf_and_a_shared_buffer(capsys):
+    """The capstone's public check: an optimizer state holding a Python int gets a
+    one-paragraph message naming that leaf (not an AttributeError from
+    unsafe_buffer_pointer), a tied leaf gets one naming both, and untied JAX
+    arrays pass with a sentence."""
+    params = {"w": jnp.ones(3), "b": jnp.array(0.25)}
+    own = {"m": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)}
+    checks.expect_own_buffers({"params": params, "opt_state": own}, hint="h")
+    assert capsys.readouterr().out == ("\u2714 every leaf of params and opt_state has a buffer of its own "
+                                       "(public check only).\n")
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_own_buffers({"params": params, "opt_state": {**own, "count": 0}}, hint="h")
+    assert str(info.value) == ("opt_state['count'] is an int, not a JAX array: it has no buffer, so a step cannot "
+                               "donate it or reuse its memory.\nHint: h")
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.expect_own_buffers({"params": params, "opt_state": {"m": params, "count": own["count"]}})
+    assert str(info.value) == ("params['b'] and opt_state['m']['b'] share one buffer, so a step donating params "
+                               "and opt_state would give that buffer away twice.")
+    assert capsys.readouterr().out == ""

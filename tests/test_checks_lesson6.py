@@ -3,8 +3,8 @@ answers learners are likely to type: each gets a message of one paragraph
 (the message and its hint) that names the mistake, never a traceback. The
 two shardings JAX itself refuses inside `with_sharding_constraint` (one on
 the Explicit mesh, whose error suggests `reshard`, and a bare PartitionSpec,
-whose error asks for a context mesh) point to the input's own sharding
-instead (checks.call_constrained). Lesson 6 needs 8 devices, so the cells
+whose error asks for a context mesh) point to the input's own mesh
+instead (checks.call_constrained), without naming the answer's sharding. Lesson 6 needs 8 devices, so the cells
 run in a process of their own."""
 import json
 import textwrap
@@ -91,15 +91,18 @@ def test_a_sharding_on_the_explicit_mesh_gets_a_paragraph_that_points_to_the_inp
     assert one_paragraph(message), message
     assert message.startswith("quiet_fixed(arange(16)): with_sharding_constraint was given a sharding on the "
                               "Explicit mesh, and JAX refused it (ValueError)."), message
-    assert "constrain to the input's own sharding, `auto_split`" in message
+    assert message.endswith("nothing needs moving: constrain to a sharding on the input's own mesh.\n"
+                            "Hint: constrain to the sharding the input already has (see Hint 1)."), message
     assert "You probably meant" not in message and "AbstractMesh" not in message
+    assert "auto_split" not in message  # the mesh to look on, not the answer's sharding
 
 
 def test_a_bare_partition_spec_gets_a_paragraph_that_asks_for_a_sharding_on_the_auto_mesh(checked):
     message = checked["bare spec"]["message"]
     assert one_paragraph(message), message
-    assert "a bare PartitionSpec" in message and "`auto_split`" in message, message
-    assert "set_mesh" not in message
+    assert "a bare PartitionSpec" in message, message
+    assert "a whole sharding instead, on the input's own mesh (the Auto one)." in message, message
+    assert "set_mesh" not in message and "auto_split" not in message
 
 
 @pytest.mark.parametrize("answer", ["explicit replicated", "unchanged", "not donating"])

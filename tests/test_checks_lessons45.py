@@ -70,8 +70,8 @@ def test_subtracting_two_dicts_is_told_to_use_tree_map_in_one_paragraph(lesson_4
     run(lesson_4, RIGHT_4_1.replace("jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)", body))
     message = check(lesson_4, LESSON_4, "l4-q1-check")
     assert message == (f"sgd_update(params, grads) raised TypeError (unsupported operand type(s) for {operator}): "
-                       "Python cannot subtract, add or scale whole dicts, as NumPy does arrays. Apply the update to "
-                       "each pair of leaves with jax.tree.map(lambda p, g: ..., params, grads).")
+                       "Python cannot subtract, add or scale whole dicts, as NumPy does arrays. Apply the update leaf "
+                       "by leaf, walking params and grads together (lesson 4's train_step does).")
     assert one_paragraph(message)
 
 
@@ -204,8 +204,9 @@ def test_an_eager_call_of_step_fails_and_a_new_jit_of_it_passes(lesson_5, call, 
         assert message == ""
         assert "find_nan runs step through a new jax.jit" in capsys.readouterr().out
     else:
-        assert message == ("find_nan's debug run: it called step itself, so step ran op by op, not as a new jit of "
-                           "it.\nHint: compile a new jit of step that donates nothing, as the recipe does (Hint 1).")
+        assert message == ("find_nan's debug run: it called step itself, so step ran op by op, not as the compiled "
+                           "program your training runs, where the hunt must look.\nHint: compile a new jit of step "
+                           "that donates nothing, as the recipe does (Hint 1).")
         assert one_paragraph(message)
 
 

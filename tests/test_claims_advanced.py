@@ -368,15 +368,23 @@ def test_debug_infs_does_not_disable_donation_and_inf_rerun_finds_input_deleted(
     assert "Invalid nan value encountered" in capfd.readouterr().out
 
 
-def test_recipe_non_donating_debug_copy_leaves_the_donating_step_donating():
+def test_recipe_non_donating_debug_copy_leaves_the_donating_step_donating(capfd):
+    # Lesson 5 (l5-recipe-text, l5-recipe-fn): on a NaN, JAX prints its "Invalid nan value" line
+    # twice (debug_step, then once more in the op-by-op re-run), and the error names sqrt;
+    # on a healthy grad it prints nothing.
     def update(params, grad):
         return params - 0.1 * jnp.sqrt(grad)
     train_step = jax.jit(update, donate_argnums=0)
     debug_step = jax.jit(update)
     params = train_step(jnp.ones(4), jnp.ones(4))
+    line = "Invalid nan value encountered in the output of a jax.jit function. Calling the de-optimized version.\n"
+    capfd.readouterr()
     with jax.debug_nans(True):
+        debug_step(params, jnp.ones(4))
+        assert capfd.readouterr().out == ""
         with pytest.raises(FloatingPointError, match="sqrt"):
             debug_step(params, jnp.array([1.0, -1.0, 1.0, 1.0]))
+    assert capfd.readouterr().out == 2 * line
     assert not params.is_deleted()
     old = params
     train_step(params, jnp.ones(4))
@@ -393,6 +401,9 @@ SHARDING_SCRIPT = textwrap.dedent("""
     mesh = jax.make_mesh((8,), ("x",))
     res["default_axis_types"] = [t.name for t in mesh.axis_types]
     split, rep = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+    auto_x = NamedSharding(jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,)), P("x"))
+    res["types"] = {"explicit": str(jax.typeof(jax.device_put(jnp.arange(16.0), split))),
+                    "auto": str(jax.typeof(jax.device_put(jnp.arange(16.0), auto_x)))}
 
     def call(f, a):
         with warnings.catch_warnings(record=True) as caught:
@@ -599,6 +610,11 @@ def sharding_facts():
 def test_xla_flag_gives_eight_cpu_devices_and_make_mesh_defaults_to_explicit(sharding_facts):
     assert sharding_facts["devices"] == 8
     assert sharding_facts["default_axis_types"] == ["Explicit"]
+
+
+def test_an_explicit_axis_puts_the_sharding_in_the_type_and_an_auto_axis_leaves_it_out(sharding_facts):
+    # Lesson 6 (l6-silent-text, l6-silent's first line): one split array, on each kind of mesh.
+    assert sharding_facts["types"] == {"explicit": "float32[16@x]", "auto": "float32[16]"}
 
 
 def test_matching_shardings_donate_per_shard(sharding_facts):

@@ -171,10 +171,11 @@ def test_xla_logs_tied_leaves_on_stderr_with_the_date_but_not_a_deleted_buffer_r
 # ---- lesson 3: closures, keep_unused, delete(), static (l3-nested, l3-keep, l3-delete, l3-static) ----
 
 def test_closed_over_constants_are_never_donated_arguments_are():
-    # Lesson 3 (l3-nested, its second half): silently, no warning
-    table, a = jnp.ones(4), jnp.ones(4)
-    _, messages = record(jax.jit(lambda a: a + table, donate_argnums=0), a)
-    assert a.is_deleted() and not table.is_deleted() and messages == []
+    # Lesson 3 (l3-nested, its second half): bump_table is meant to replace table, which it reads
+    # from outside; the request reaches only the argument d. Silently, no warning
+    table, d = jnp.ones(4), jnp.ones(4)
+    _, messages = record(jax.jit(lambda d: table + d, donate_argnums=0), d)
+    assert d.is_deleted() and not table.is_deleted() and messages == []
 
 
 def test_unused_argument_is_donated_only_with_keep_unused():

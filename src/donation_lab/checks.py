@@ -478,8 +478,8 @@ def call_answer(what: str, fn, *args, hint: str = ""):
         if not (isinstance(exc, TypeError) and "unsupported operand" in line and "'dict'" in line):
             raise _raised(what, exc, hint, _warned(caught)) from None
         message = (f"{what} raised TypeError ({line}): Python cannot subtract, add or scale whole dicts, "
-                   "as NumPy does arrays. Apply the update to each pair of leaves with "
-                   "jax.tree.map(lambda p, g: ..., params, grads).")
+                   "as NumPy does arrays. Apply the update leaf by leaf, walking params and grads together "
+                   "(lesson 4's train_step does).")
         note = _warning_note(_warned(caught))
         raise CheckFailed(_with_hint(message + (f" {note}" if note else ""), hint)) from None
     finally:
@@ -490,6 +490,29 @@ def call_answer(what: str, fn, *args, hint: str = ""):
     if note:
         print(note)
     return out
+
+
+def expect_own_buffers(trees: dict, hint: str = "") -> None:
+    """Pass when every leaf of the named trees (`{"params": params, ...}`) is
+    a JAX array and no two leaves share one buffer, so one step can donate them
+    all. A leaf that is not a JAX array (a Python int, say) gets a message of
+    its own: it has no buffer to donate."""
+    import jax
+
+    named = [(name + jax.tree_util.keystr(path), leaf) for name, tree in trees.items()
+             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    together = " and ".join(trees)
+    for name, leaf in named:
+        if not isinstance(leaf, jax.Array):
+            raise CheckFailed(_with_hint(f"{name} is {_kind(leaf)}, not a JAX array: it has no buffer, so a "
+                                         "step cannot donate it or reuse its memory.", hint))
+    owners = {}
+    for name, leaf in named:
+        first = owners.setdefault(leaf.unsafe_buffer_pointer(), name)
+        if first != name:
+            raise CheckFailed(_with_hint(f"{first} and {name} share one buffer, so a step donating "
+                                         f"{together} would give that buffer away twice.", hint))
+    passed(f"every leaf of {together} has a buffer of its own")
 
 
 def expect_untied(what: str, tree, expected: dict, rerun: str, hint: str = "") -> None:
@@ -607,13 +630,13 @@ def expect_training_step(what: str, fn, reference, args, new_buffers: int, hint:
            f"{len(leaves) - new} of its {len(leaves)} output arrays into donated buffers")
 
 
-def call_constrained(what: str, fn, *args, sharding: str, hint: str = ""):
+def call_constrained(what: str, fn, *args, hint: str = ""):
     """`fn(*args)` through `call_answer`, for an answer that constrains a layout
     with `jax.lax.with_sharding_constraint` on an Auto mesh (exercise 6.2).
     JAX's own errors for the two likely wrong shardings point the wrong way (a
     sharding on the Explicit mesh: "You probably meant to use `reshard`"; a
     bare PartitionSpec: "define a context mesh"), so each gets one paragraph
-    that names the mistake and `sharding`, the name of the sharding to use."""
+    that names the mistake and the mesh to look on, not the answer's sharding."""
     def guarded(*a):
         try:
             return fn(*a)
@@ -624,12 +647,12 @@ def call_constrained(what: str, fn, *args, sharding: str, hint: str = ""):
                     f"{what}: with_sharding_constraint was given a sharding on the Explicit mesh, and JAX "
                     "refused it (ValueError). The array lives on the Auto mesh, and a constraint must name a "
                     "sharding on that same mesh. JAX's message suggests `reshard`, but nothing needs moving: "
-                    f"constrain to the input's own sharding, `{sharding}`.", hint)) from None
+                    "constrain to a sharding on the input's own mesh.", hint)) from None
             if "requires a non-empty mesh in context" in text:
                 raise CheckFailed(_with_hint(
                     f"{what}: with_sharding_constraint was given a bare PartitionSpec, which names no mesh, "
-                    "and JAX refused it (RuntimeError). Give it a whole sharding on the Auto mesh instead: "
-                    f"the input's own, `{sharding}`.", hint)) from None
+                    "and JAX refused it (RuntimeError). Give it a whole sharding instead, on the input's own "
+                    "mesh (the Auto one).", hint)) from None
             raise
 
     return call_answer(what, guarded if callable(fn) else fn, *args, hint=hint)
