@@ -102,7 +102,8 @@ def serial(course, before, students, env, name) -> dict:
     our run's staged submissions, the extensions granted with nbgrader's own Gradebook.grant_extension."""
     copy = shutil.copytree(before, before.parent / name)
     shutil.rmtree(copy / "submitted", ignore_errors=True)
-    shutil.copytree(course / "submitted", copy / "submitted")
+    for sid in students:  # only these: one nbgrader run grades them all
+        shutil.copytree(course / "submitted" / sid, copy / "submitted" / sid)
     with formgrader(copy) as gb:
         due = gb.find_assignment(ASSIGNMENT).duedate
         for sid, extra in GRANTED.items():
@@ -110,8 +111,7 @@ def serial(course, before, students, env, name) -> dict:
             gb.update_or_create_student(sid)
             gb.update_or_create_submission(ASSIGNMENT, sid)  # nbgrader's extension lives on the submission
             gb.grant_extension(ASSIGNMENT, sid, minutes=extra.total_seconds() / 60)
-    for sid in students:
-        nbgrader(copy, "autograde", ASSIGNMENT, "--student", sid, "--force", env=env, timeout=600)
+    nbgrader(copy, "autograde", ASSIGNMENT, "--force", env=env, timeout=900)
     return state_of(copy, students)
 
 
@@ -153,7 +153,8 @@ def exports(out: Path) -> dict:
     with open(out / "canvas-import.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     column = list(rows[0])[-1]
-    return {r["SIS Login ID"] or r["ID"]: r[column] for r in rows if r["SIS Login ID"] or r["ID"]}
+    ids = ("SIS Login ID", "ID", "SIS User ID")
+    return {next(r[k] for k in ids if r.get(k)): r[column] for r in rows if any(r.get(k) for k in ids)}
 
 
 def snapshot(course) -> dict:
@@ -170,6 +171,7 @@ def story(tmp_path_factory, env, course_template):
     course = shutil.copytree(course_template, tmp / "course")
     with open(course / "nbgrader_config.py", "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+        fh.write('c.GradingSettings.lms_files = "canvas"\n')  # the one import file these tests read
     nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}", env=env)
     (course / "extensions.csv").write_text(EXTENSIONS)
     subs1 = make_class(tmp / "subs1", tmp / "corpus")
@@ -186,7 +188,7 @@ def story(tmp_path_factory, env, course_template):
     s.board_late = state_of(course, ["jdoe"])["jdoe"]
 
     # 2. Reviews through formgrader; erin's flag accepted; the due date moves to 13:00
-    score_by_hand(course, "ann", 1.5, extra=0.5, comment="see me about the jit")
+    score_by_hand(course, "ann", 1.0, extra=0.5, comment="see me about the jit")
     score_by_hand(course, "bob", 2.0, comment="half of it")
     s.accepted = run([ROOT / "course", "feedback", "--course", course, "--accept", "erin"], env)
     nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={MOVED}", env=env)
@@ -229,7 +231,7 @@ def test_a_broken_file_makes_only_its_student_invalid_with_one_line(story):
         assert story.first_seen["exports"][sid] == "", sid  # blank, never 0
     assert "Traceback" not in story.first.stderr
     assert float(rows["ann"][EX]) == FULL and float(rows["bob"][EX]) == WRONG  # the others are graded
-    assert "broken JSON" in rows["truncated"]["reason"] and "binary" in rows["binary"]["reason"]
+    assert "not valid notebook JSON" in rows["truncated"]["reason"] and "binary" in rows["binary"]["reason"]
     assert "empty file" in rows["empty"]["reason"] and "list" in rows["jsonlist"]["reason"]
 
 
@@ -274,10 +276,11 @@ def test_a_moved_due_date_and_a_time_zone_clear_the_penalty_as_serial_nbgrader_d
 def test_a_review_of_unchanged_work_is_kept_and_exported(story):
     # the gradebook is serial nbgrader's (manual scores kept, marked for review again) ...
     assert story.second_ours["ann"] == story.second_serial["ann"]
-    assert story.second_ours["ann"]["cells"][CELL][1:3] == (1.5, 0.5)
+    assert story.second_ours["ann"]["cells"][CELL][1:3] == (1.0, 0.5)
     assert story.second_ours["ann"]["comments"][EXERCISE_ANSWER][1] == "see me about the jit"
     # ... and the review counts: the reviewed score is exported, in the distribution, not pending
     reviewed = story.second_ours["ann"]["score"]
+    assert reviewed == FULL - 2 + 1.0 + 0.5  # ex-donated's 2 points scored 1, plus 0.5 extra credit
     for seen in (story.second_seen, story.third_seen):
         assert seen["exports"]["ann"] == str(float(reviewed)), seen["exports"]
         assert seen["grades"]["ann"]["status"] in ("ok", "partial"), seen["grades"]["ann"]
@@ -416,3 +419,44 @@ def test_a_full_output_disk_stops_the_run_in_one_line_after_saving_what_was_grad
     again = grade(env, subs, "--course", course, "--out", tmp_path / "roomy", "--only-changed", *GRADE_LIMITS)
     rows = read_grades(tmp_path / "roomy" / "grades.csv")
     assert set(rows) == {"ann", "bob", "cem", "dan"} and all(float(r[EX]) == FULL for r in rows.values()), again.stdout
+
+
+def test_reviews_through_formgrader_follow_the_answers_in_process(tmp_path, generated_course):
+    """The review rules on the grader's own merge and rows, no kernel: a formgrader score of answers A
+    counts after a regrade of A (exported, not pending) and waits after a regrade of B."""
+    from nbgrader.server_extensions.formgrader.apihandlers import GradeHandler
+
+    from donation_course.course import Course
+    from donation_course.grading.deadlines import penalty_plugin
+    from donation_course.grading.exports import lms_grade
+    from donation_course.grading.gradebook import Answers, Deadline, merge_result
+    from donation_course.grading.report import row_of, summarize
+    from donation_course.grading.result import CellGrade, NotebookResult, StudentResult
+
+    course = Course(generated_course(tmp_path / "course"))
+    deadline = Deadline(penalty_plugin(course), None)
+    cells = corpus.EXERCISE_GRADES | corpus.CAPSTONE_GRADES
+    kept = {"content": {}, "reviews": {}}
+
+    def regrade(answers: str):
+        result = StudentResult.graded("ann", {EX: NotebookResult(
+            grades=[CellGrade(name, points, auto_score=points) for name, points in cells.items()], graded=True)},
+            "2024-03-01T10:00:00")
+        said = merge_result(course, result, deadline=deadline,
+                            answers=(a := Answers({EX: answers}, dict(kept["content"]), dict(kept["reviews"]))))
+        kept["content"], kept["reviews"] = a.graded, a.reviews
+        summary = summarize(result, course.notebooks, {EX: FULL}, {EX})
+        summary.content, summary.reviews, summary.reasons = a.graded, a.reviews, summary.reasons + said
+        row = row_of(course, "ann", summary)
+        return row, lms_grade(row, [EX]), said
+
+    regrade("A")
+    with formgrader(course.root) as gb:
+        put(GradeHandler, gb, gb.find_grade(CELL, EX, ASSIGNMENT, "ann").id, {"manual_score": 1.0})
+    row, lms, said = regrade("A")  # the same answers: the review counts
+    assert not said and not row["cells"][f"{EX}:{CELL}"].waiting and row["status"] == "partial", row
+    assert lms.points == FULL - 1.0 and state_of(course.root, ["ann"])["ann"]["cells"][CELL][3]  # nbgrader's flag
+    row, lms, said = regrade("B")  # other answers: it waits again, and says why
+    assert row["status"] == "pending" and lms.points is None and "answers changed since your review" in said[0], row
+    row, lms, said = regrade("A")  # back to the answers reviewed: the review is theirs again
+    assert row["status"] == "partial" and lms.points == FULL - 1.0, row

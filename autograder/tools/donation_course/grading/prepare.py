@@ -52,7 +52,8 @@ def ensure_assignment(course: Course, state: State, log: Path) -> None:
         return
     run_nbgrader(course.root, "generate_assignment", course.assignment, "--force", log=log)
     state.source = source_hash
-    state.students = {}  # a new assignment version: everyone is graded again
+    for student in state.students.values():  # a new assignment version: everyone is graded again, and
+        student.hash = ""                     # each review still belongs to the answers it was made on
 
 
 def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True) -> State:

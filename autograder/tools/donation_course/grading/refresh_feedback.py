@@ -189,6 +189,10 @@ def main(argv: list[str]) -> int:
                 print(f"note: {line}", file=sys.stderr)
         summaries = {sid: s.summary for sid, s in state.students.items()}
         changes = changed_students(course, tuple(args.student or ()), args.all, summaries)
+        if args.accept and not args.dry_run:  # an accepted score is an automatic one: no manual entry shows it
+            seen = {c.student for c in changes}
+            changes += [c for c in changed_students(course, tuple(args.accept), True, summaries)
+                        if c.student not in seen]
         unknown = sorted(set(args.student or ()) - {c.student for c in changed_students(course, everyone=True)})
         if unknown:
             raise CourseError(f"--student {', '.join(unknown)}: not in the gradebook of {course.root}")

@@ -119,13 +119,17 @@ def student_row(sub, summary: Summary, notebooks: list[str]) -> dict:
                                                        g.manual_score is not None)
     points = sum(row.get(nb, 0.0) for nb in notebooks)
     full = all(row.get(nb, 0.0) >= row["notebook_max"].get(nb, 0.0) for nb in summary.submitted or notebooks)
-    reasons = list(summary.reasons)
+    # a check a person scored since (and not waiting) no longer explains lost points: their score does
+    scored = tuple(f"{key.replace(':', '/', 1)} (" for key, c in row["cells"].items() if c.by_hand and not c.waiting)
+    reasons = [r for r in summary.reasons if not r.startswith(scored)] if scored else list(summary.reasons)
     if row["late_penalty"]:
         reasons.insert(0, f"late submission penalty {row['late_penalty']:g} (nbgrader; due {row['due']})")
     status = summary.status or Status.OK.value
     if status == Status.OK.value and (not full or row["late_penalty"]):
         status = Status.PARTIAL.value  # points lost since (a person's score, or the late penalty)
-    if status in (Status.OK.value, Status.PARTIAL.value) and any(c.waiting for c in row["cells"].values()):
+    handed_in = set(summary.submitted)  # cells of notebooks not handed in wait for nobody
+    if status in (Status.OK.value, Status.PARTIAL.value) and any(
+            c.waiting for key, c in row["cells"].items() if key.split(":", 1)[0] in handed_in):
         status = Status.PENDING.value  # a person's score of earlier answers no longer counts, or never came
     row.update(total=round(points - row["late_penalty"], 3), max=round(sub.max_score, 3),
                status=status, reason=" | ".join(reasons), files=summary.files)

@@ -358,7 +358,8 @@ def grade_class(course: Course, settings: GradingSettings, request: GradeRequest
                     raise
                 full = full or disk_full(exc)
     if full is not None:
-        where = Path(full.filename) if full.filename else run.out
+        # a copy names its source first (shutil: filename) and what it wrote second (filename2)
+        where = Path(full.filename2 or full.filename) if full.filename else run.out
         folder = (course.root if full.filename == "gradebook.db" else
                   run.out if where == run.out or run.out in where.parents else where.parent)
         raise CourseError(
