@@ -275,7 +275,7 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
     donated = [leaf for leaf in tree_leaves((params, opt)) if leaf.is_deleted()]
     if donated:
         fail("hunt_nans donated params or opt_state: they cannot be used for the next step.",
-             "call train_step.clear_cache() before the debug run, so it compiles without donation.")
+             "hunt with a second jit of the step that donates nothing (lesson 5's recipe), not with train_step.")
     with redirect_stdout(stdout):
         healthy = hunt_nans(params, opt, device(x), device(y))
     if healthy is not None:
@@ -284,7 +284,7 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
     block_until_ready(_step(train_step, params, opt, device(x), device(y)))
     if not all(leaf.is_deleted() for leaf in tree_leaves((params, opt))):
         fail("after hunt_nans, train_step no longer donates: it still runs the program "
-             "compiled under debug_nans.", "call train_step.clear_cache() again when the hunt ends.")
+             "compiled under debug_nans.", "leave train_step alone during the hunt: hunt with a second jit of the step (lesson 5's recipe).")
     return "the NaN was reported, nothing was donated during the hunt, and train_step donates again after."
 
 
