@@ -73,12 +73,12 @@ SLEEP = "\nimport time\ntime.sleep(600)\n"
 CELL_LIMIT = float(GRADE_LIMITS[GRADE_LIMITS.index("--cell-timeout") + 1])
 
 
-def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int = 1, sleep: bool = False) -> Path:
+def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int = 1, sleepers=()) -> Path:
     dest.mkdir(parents=True)
     for i in range(copies):
         for s in students:
             shutil.copy(corpus_files / f"{s}_{EX}.ipynb", dest / f"{s}{i or ''}_{EX}.ipynb")
-            if sleep:
+            if s in sleepers:
                 path = dest / f"{s}{i or ''}_{EX}.ipynb"
                 nb = nbformat.read(path, as_version=4)
                 for cell in nb.cells:
@@ -86,6 +86,11 @@ def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int
                         cell.source += SLEEP
                 nbformat.write(nb, path)
     return dest
+
+
+def in_progress(cluster, name: str) -> set:
+    """The students a worker's grading process has in hand (their folders in its copy of the course)."""
+    return {p.name for p in (cluster.folder / name).rglob("course-*/submitted/*")}
 
 
 def young_kernels(cluster, name: str) -> list:
@@ -191,7 +196,7 @@ def test_a_mismatched_worker_is_refused_in_one_line(cluster, corpus_files, tmp_p
 def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus_files, tmp_path, env,
                                                                   generated_course):
     # every answer sleeps out the cell limit: with a kernel up, the run cannot end before Ctrl-C
-    files = submissions(corpus_files, tmp_path / "files", MIX, sleep=True)
+    files = submissions(corpus_files, tmp_path / "files", MIX, sleepers=MIX)
     course = generated_course(tmp_path / "course")
     with open(tmp_path / "grade.log", "w") as log:
         run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
@@ -220,18 +225,19 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
 
 def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpus_files, tmp_path, env,
                                                                    generated_course):
-    # every answer sleeps out the cell limit: a young kernel on w1 is mid-student when w1 dies
-    files = submissions(corpus_files, tmp_path / "files", MIX, sleep=True)
+    # every answer sleeps out the cell limit: w1 is killed while a young kernel of its is in a student
+    sleepers = set(MIX)
+    files = submissions(corpus_files, tmp_path / "files", MIX, sleepers=sleepers)
     course = generated_course(tmp_path / "course")
     victim, survivor = cluster.worker_address("w1"), cluster.worker_address("w2")
     with open(tmp_path / "grade.log", "w") as log:
         run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
                                 "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        # w1 has graded a student and runs a young kernel for its next one
-        wait_for(lambda: any(victim in ln for ln in _lines_so_far(course)) and young_kernels(cluster, "w1"), 240,
-                 "w1 to grade its second student")
-        in_progress = {p.name for p in (cluster.folder / "w1").rglob("course-*/submitted/*")}
+        # w1 has graded a student and runs a young kernel for its next one, a sleeper
+        wait_for(lambda: any(victim in ln for ln in _lines_so_far(course)) and young_kernels(cluster, "w1")
+                 and set() < in_progress(cluster, "w1") <= sleepers, 240, "w1 to grade its second student")
+        in_progress_then = in_progress(cluster, "w1")
         cluster.kill_group("w1")
         assert run.wait(timeout=400) == 0, (tmp_path / "grade.log").read_text()
     finally:
@@ -243,8 +249,8 @@ def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpu
     lines = cluster_lines(course)
     graded = [ln.split(" student=")[1].split()[0] for ln in lines]
     assert sorted(graded) == sorted(MIX), lines  # one result merged per student
-    assert in_progress, "w1 was killed between two students"
-    for student in in_progress:  # the student w1 was grading ran again, on w2
+    assert in_progress_then, "w1 was killed between two students"
+    for student in in_progress_then:  # the student w1 was grading ran again, on w2
         assert any(f"student={student} worker={survivor}" in ln for ln in lines), lines
     wait_for(lambda: not grading_processes(cluster), 20,
              lambda: f"the killed worker's grading process and kernels to go: {describe(grading_processes(cluster))}")
