@@ -784,9 +784,10 @@ def test_scores_follow_signed_passes_not_the_order_of_outputs(tmp_path, monkeypa
 def test_without_the_audit_only_the_learners_execute_results_are_dropped(tmp_path, monkeypatch):
     """Audit off (no log at all): the signed passes cannot be read, so they decide nothing; an execute_result put
     before the check's error still does not count."""
+    from nbgrader.utils import determine_grade
+
     from donation_course.grading.audit_log import END_TOKEN, ScoreFromSignedPasses
     from donation_course.grading.settings import STUDENT_DIR_ENV
-    from nbgrader.utils import determine_grade
 
     nb = nbformat.read(ROOT / "autograder" / "source" / ASSIGNMENT / f"{EX}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-values")

@@ -381,7 +381,8 @@ FAMILIES = {
     ], [
         "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.title('loss')\nplt.show()\n",
         "matplotlib.rcParams['figure.figsize'] = (4, 3)\n",
-        "from matplotlib import animation\nanim = animation.FuncAnimation(fig, step, frames=3)\nhtml = anim.to_jshtml()\n",
+        "from matplotlib import animation\nanim = animation.FuncAnimation(fig, step, frames=3)\n"
+        "html = anim.to_jshtml()\n",
     ]),
 }
 ATTACKS = [(family, source) for family, (bad, _) in FAMILIES.items() for source in bad]

@@ -52,7 +52,6 @@ from .audit_policy import (
     snapshot,
 )
 
-
 END_ENV = "DONATION_LAB_AUDIT_END"  # the grader's per-notebook token, read by the launcher outside the sandbox
 
 
@@ -148,7 +147,8 @@ def install(fd: int, key: bytes, trusted: frozenset, allowed: frozenset, workdir
             if modules.get(name) is not mod:
                 out.append(name)
             out += [f"{name}.{k}" for k, v in values.items() if namespace.get(k) is not v]
-            out += [f"{name}.{k} (code or closure)" for k, was in codes.items() if not same(fingerprint(values[k]), was)]
+            out += [f"{name}.{k} (code or closure)" for k, was in codes.items()
+                    if not same(fingerprint(values[k]), was)]
             out += [f"{name}.{k} (contents)" for k, was in tables.items()
                     if not same_table(was, values[k]) and not first_fill(was, values[k], array_class)]
         user_ns = state["user_ns"]

@@ -46,7 +46,8 @@ MAGICS_ALLOWED = ("time", "timeit")
 
 def function_state(f, depth: int = 1) -> tuple:
     """What decides what a function runs: its code, defaults and the objects its closure holds (a closure cell can be
-    rebound with no audit event: @check's wrapper holds the check's body so), and theirs for functions it closes over."""
+    rebound with no audit event: @check's wrapper holds the check's body so), and theirs for functions it closes
+    over."""
     import types
 
     held = []
@@ -62,7 +63,7 @@ def function_state(f, depth: int = 1) -> tuple:
 def same_state(a, b) -> bool:
     """Two function_state tuples hold the same objects (compared by identity, not by their ==)."""
     return len(a) == len(b) and all(x is y if not isinstance(x, tuple) else
-                                    isinstance(y, tuple) and same_state(x, y) for x, y in zip(a, b))
+                                    isinstance(y, tuple) and same_state(x, y) for x, y in zip(a, b, strict=True))
 
 
 def contents(value):
@@ -80,7 +81,7 @@ def same_contents(before, now) -> bool:
         return type(now) is dict and before.keys() == now.keys() and all(before[k] is now[k] for k in before)
     now = list(now) if type(now) in (list, set) else None
     return now is not None and len(before) == len(now) and (
-        all(x is y for x, y in zip(before, now)) or set(map(id, before)) == set(map(id, now)))
+        all(x is y for x, y in zip(before, now, strict=True)) or set(map(id, before)) == set(map(id, now)))
 
 
 def snapshot(modules):

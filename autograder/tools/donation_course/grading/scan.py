@@ -7,6 +7,7 @@ compiler keeps them for later cells). A cell the scan cannot parse is not read: 
 runtime audit flags the submission if it runs all the same (audit_log.kernel_flags: every cell that runs must be one
 the scan read or the course's own)."""
 import __future__
+
 import ast
 import functools
 import importlib.util
