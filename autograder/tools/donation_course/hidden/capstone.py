@@ -284,7 +284,8 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
     block_until_ready(_step(train_step, params, opt, device(x), device(y)))
     if not all(leaf.is_deleted() for leaf in tree_leaves((params, opt))):
         fail("after hunt_nans, train_step no longer donates: it still runs the program "
-             "compiled under debug_nans.", "leave train_step alone during the hunt: hunt with a second jit of the step (lesson 5's recipe).")
+             "compiled under debug_nans.",
+             "leave train_step alone during the hunt: hunt with a second jit of the step (lesson 5's recipe).")
     return "the NaN was reported, nothing was donated during the hunt, and train_step donates again after."
 
 

@@ -208,7 +208,8 @@ def check_real_donation(update_with_donate) -> str:
     block_until_ready(out)
     if not state.is_deleted():  # state itself returned, or copied in place: its buffer was never given up
         fail("state is still alive after the call: nothing was donated, so the result cannot have taken "
-             "its buffer.", "ask jax.jit to donate state, and return a new array of state's shape and dtype (lesson 1).")
+             "its buffer.",
+             "ask jax.jit to donate state, and return a new array of state's shape and dtype (lesson 1).")
     got = out.unsafe_buffer_pointer()
     if got == delta_pointer:
         fail("the result was written into delta's buffer, not state's.",
