@@ -11,6 +11,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, ROOT, Course
+from donation_course.lesson_size import main_path
 from helpers import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
@@ -30,7 +31,9 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
     same either way, and no notebook may show a cache error. This is also
     the run of every solution copy top to bottom in a fresh kernel: each
     notebook autograde ran raises only in its cells tagged raises-exception,
-    and each of those raises."""
+    and each of those raises. Only each notebook's main path runs: its
+    reference part earns nothing and is set aside (the learner copies' run
+    checks that part)."""
     submitted = tmp_path / "submitted"
     dest = submitted / "ann" / ASSIGNMENT
     dest.mkdir(parents=True)
@@ -50,7 +53,13 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
         assert len(ran) == len(COURSE.notebooks), ran
         for path in ran:
             assert "persistent compilation cache" not in path.read_text(), path
-            assert_only_tagged_cells_raise(f"{mode}: {path.relative_to(course)}", nbformat.read(path, as_version=4))
+            graded = nbformat.read(path, as_version=4)
+            start = len(main_path(graded))  # the reference part is not run when grading (reference_part.py)
+            code = [(i, c) for i, c in enumerate(graded.cells) if c.cell_type == "code"]
+            assert all(c.execution_count for i, c in code if i < start), path
+            assert not any(c.execution_count or c.outputs for i, c in code if i >= start), path
+            graded.cells = graded.cells[:start]  # its claims are checked on the learner copies (test_lessons_execute)
+            assert_only_tagged_cells_raise(f"{mode}: {path.relative_to(course)}", graded)
     assert scores["default"] == scores["neither"]
 
 

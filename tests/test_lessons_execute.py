@@ -9,12 +9,16 @@
   would run every solution once more.
 - Learner copies: errors only where expected: tagged cells, unanswered answer
   cells (NotImplementedError), and the test cells of those exercises, which
-  say "Not answered yet" rather than failing with a NameError.
+  say "Not answered yet" rather than failing with a NameError. Each lesson's
+  reference part (from its first "Going deeper" heading) runs only here, as
+  grading sets it aside: its output claims hold and its tagged cells raise.
 """
+import nbformat
 import pytest
 
 from donation_course.course import NOTEBOOKS
-from donation_course.execute import run_notebook
+from donation_course.execute import output_claim_mismatches, run_notebook
+from donation_course.lesson_size import main_path
 from helpers import RAISES as TAG
 from helpers import describe_errors as describe
 
@@ -37,3 +41,8 @@ def test_learner_copy_errors_only_where_expected(name):
             continue
         unexpected.append(e)
     assert not unexpected, f"notebooks/{name} raised in unexpected cells:\n{describe(unexpected)}"
+    reference = nbformat.v4.new_notebook(cells=run.notebook.cells[len(main_path(run.notebook)):])
+    assert output_claim_mismatches(reference) == [], f"notebooks/{name}: its reference part contradicts its prose"
+    tagged = {c.id for c in reference.cells if c.cell_type == "code" and TAG in c.metadata.get("tags", [])}
+    silent = tagged - {e.cell_id for e in run.errors}
+    assert not silent, f"notebooks/{name}: reference cells tagged {TAG} no longer raise: {sorted(silent)}"

@@ -102,12 +102,15 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     from nbgrader.preprocessors import Execute
 
     from .audit_log import DropNotebookEnd, MarkNotebookEnd, ScoreFromSignedPasses
+    from .reference_part import PutBackReference, SetAsideReference
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = steps.index(Execute)
-    # ... and the grade cells' scores decided by the checks' signed passes, not by the order of their outputs
-    cfg.Autograde.autograde_preprocessors = [*steps[:at], MarkNotebookEnd, Execute, DropNotebookEnd,
-                                             ScoreFromSignedPasses, *steps[at + 1:]]
+    # ... the lessons' reference parts, which earn nothing, not run (reference_part.py),
+    # and the grade cells' scores decided by the checks' signed passes, not by the order of their outputs
+    cfg.Autograde.autograde_preprocessors = [*steps[:at], SetAsideReference, MarkNotebookEnd, Execute,
+                                             DropNotebookEnd, PutBackReference, ScoreFromSignedPasses,
+                                             *steps[at + 1:]]
     coursedir = CourseDirectory(config=cfg)
     return NbGraderAPI(coursedir=coursedir, config=cfg)
 
