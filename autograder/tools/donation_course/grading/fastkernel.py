@@ -24,6 +24,8 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.utils import ensure_async
 from traitlets import Type
 
+from .referee.asks import ANSWERS, MAX_HANDOVER_BYTES, MIME
+
 CAPPED = "\n[output capped by the grader: more than {limit:,} bytes were printed; the rest was dropped]\n"
 
 
@@ -31,12 +33,17 @@ class CappedIOPubChannel(AsyncZMQSocketChannel):
     """IOPub with an output budget per kernel: stream text beyond `limit`
     bytes is dropped (the first message past it carries CAPPED, on stdout,
     since nbgrader zeroes a grade cell that writes to stderr), and so are
-    rich outputs (display_data, execute_result) past it. Other messages
+    rich outputs (display_data, execute_result) past it. The referee's
+    hand-overs count against a budget of their own. Other messages
     (status, errors, replies) pass as they are, so grading goes on."""
 
     limit = 1 << 20  # bytes one notebook may print (the worker sets settings.max_output_bytes)
     printed = 0
     noted = False
+    # The hidden checks' hand-overs to the referee (hidden/handover.py) have a budget of their own, so that
+    # a learner who prints a lot cannot crowd them out; past it they are dropped like any output.
+    handover_limit = len(ANSWERS) * MAX_HANDOVER_BYTES
+    handed_over = 0
 
     async def get_msg(self, timeout=None):
         msg = await super().get_msg(timeout=timeout)
@@ -49,6 +56,10 @@ class CappedIOPubChannel(AsyncZMQSocketChannel):
                 content["text"] = text[:max(room, 0)] + ("" if self.noted else CAPPED.format(limit=self.limit))
                 content["name"] = "stdout"  # an emptied stderr message must not zero the cell
                 self.noted = True
+        elif kind == "display_data" and set(content.get("data", {})) == {MIME}:
+            self.handed_over += len(str(content["data"][MIME]))
+            if self.handed_over > self.handover_limit:
+                content["data"], content["metadata"] = {"text/plain": ""}, {}
         elif kind in ("display_data", "execute_result", "update_display_data"):
             size = sum(len(str(v)) for v in content.get("data", {}).values())
             self.printed += size
