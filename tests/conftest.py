@@ -3,8 +3,6 @@ once per session, the generated course, and a JupyterLab server started
 through the README's lab command. What the tests share that is not a fixture
 is in helpers.py; how tests are shared out between pytest-xdist's processes is
 in xdist_units.py (a plugin: pyproject.toml's addopts)."""
-import fcntl
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +17,7 @@ from donation_course.course import Course, venv_env
 # first import of helpers.
 pytest.register_assert_rewrite("helpers")
 
-from helpers import make_course, start_lab, timeout_line  # noqa: E402  (after register_assert_rewrite, see above)
+from helpers import built_once, make_course, start_lab, timeout_line  # noqa: E402  (after register_assert_rewrite, see above)
 
 # --- tiers: `./course test` runs everything; `./course test --fast` the everyday tier ---------
 #
@@ -142,17 +140,11 @@ def course_template(tmp_path_factory):
     in the folder the workers share. See `generated_course`."""
     from donation_course.grading.prepare import prepare
 
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    course = shared / "course-template"
-    with open(shared / "course-template.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not course.exists():
-            building = make_course(shared / "course-template.building")
-            prepare(Course(building), building / ".grading", say=print)
-            building.rename(course)  # complete, or not there
-    return course
+    def build(folder: Path) -> None:
+        make_course(folder)
+        prepare(Course(folder), folder / ".grading", say=print)
+
+    return built_once(tmp_path_factory, "course-template", build)
 
 
 @pytest.fixture(scope="session")

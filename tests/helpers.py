@@ -37,6 +37,26 @@ def load_course_script():
 free_port = load_course_script().free_port
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name`, made by build(folder) once per session: the first
+    pytest-xdist process to ask builds it, under a lock, in the folder the
+    processes share; the others wait and read it. It is there complete, or
+    not at all (built under another name, then renamed)."""
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    done = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            building = shared / f"{name}.building"
+            build(building)
+            building.rename(done)
+    return done
+
+
 def timeout_line(exc: BaseException) -> str:
     """One line for a test whose subprocess (or wait) ran out of time: what
     timed out, after how long, and how busy the machine was. conftest.py puts

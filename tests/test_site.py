@@ -19,7 +19,6 @@ pytest-xdist's processes share, under a lock), then
   README's in docs/images/ are rewritten with DONATION_LAB_REFRESH_IMAGES=1
   (or when missing).
 """
-import fcntl
 import functools
 import html
 import http.server
@@ -39,7 +38,7 @@ from donation_course.site import build, leaks
 from donation_course.site.pages import CHECK_NOTE, PageError, make_page, run_links
 from donation_course.site.scrub import Scrubber
 from donation_course.site.widgets import WIDGET_STATE, WIDGET_VIEW, static_outputs, widget_state
-from helpers import COURSE_CMD, ROOT, run
+from helpers import COURSE_CMD, ROOT, built_once, run
 
 ARTIFACTS = ROOT / "tests" / "artifacts" / "site"
 LEARNER = sorted(NOTEBOOKS.glob("*.ipynb"))
@@ -258,17 +257,11 @@ def test_the_site_binder_links_name_the_readmes_repository():
 @pytest.fixture(scope="session")
 def site(tmp_path_factory):
     """`./course site` once per session, in the folder pytest-xdist's processes share, under a lock."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    out = shared / "site"
-    with open(shared / "site.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not out.exists():
-            run([str(COURSE_CMD), "site", "--out", str(shared / "site.building"), "--work", str(shared / "site-work")],
-                env=dict(os.environ), timeout=900)
-            (shared / "site.building").rename(out)  # complete, or not there
-    return out
+    def build(folder: Path) -> None:
+        run([str(COURSE_CMD), "site", "--out", str(folder), "--work", str(folder.parent / "site-work")],
+            env=dict(os.environ), timeout=900)
+
+    return built_once(tmp_path_factory, "site", build)
 
 
 def pages_of(site: Path) -> list[Path]:
