@@ -31,6 +31,7 @@ c.Execute.extra_arguments = [
     "--IPKernelApp.exec_lines=import donation_course.hidden.exercise",
     "--IPKernelApp.exec_lines=import donation_course.hidden.capstone",
     "--IPKernelApp.exec_lines=import donation_course.hidden.debugging",
+    "--IPKernelApp.exec_lines=import donation_course.hidden.handover",
 ]
 
 # solutions/ = the source with answers kept and hidden tests removed, no

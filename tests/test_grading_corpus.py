@@ -59,9 +59,15 @@ def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
     assert len(pages) > len(corpus.CASES)
     for page in pages:
         text = page.read_text(encoding="utf-8")
+        # the student's page: feedback/<student>/... or .grading/feedback/<student>.html
+        student = page.relative_to(course / "feedback").parts[0] if page.is_relative_to(course / "feedback") \
+            else page.stem
+        own = "".join(p.read_text(encoding="utf-8") for p in (course / "submitted" / student).rglob("*.ipynb"))
+        assert own, page
         for secret in ("BEGIN HIDDEN TESTS", "_dl_hidden.check", "check_values", "check_real_donation",
                        "restore_helpers", "grading/hidden.py", "HiddenCheckFailed"):
-            assert secret not in text, f"{page} shows {secret!r}"
+            # a forgery that names a check in its own cells sees its own code, not the grader's
+            assert secret not in text or secret in own, f"{page} shows {secret!r}"
     nodonate = (course / "feedback" / "nodonate" / ASSIGNMENT / f"{EX}.html").read_text(encoding="utf-8")
     assert "still alive" in nodonate and "values:" in nodonate  # the learner messages stay
     summary = (course / ".grading" / "feedback" / "nodonate.html").read_text(encoding="utf-8")

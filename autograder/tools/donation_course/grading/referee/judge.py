@@ -96,7 +96,10 @@ def call(loaded, arrays: list) -> list:
     try:
         return programs.run(executable, given)
     except Exception as exc:
-        raise _Unjudged(f"the program failed when run: {str(exc).splitlines()[0][:200]}") from None
+        line = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        if "RESOURCE_EXHAUSTED" in line:  # XLA's allocation past the child's RLIMIT_AS
+            raise _Unjudged(f"the grader could not run its program within its caps: {line}") from None
+        raise _Unjudged(f"the program failed when run: {line}") from None
 
 
 def host(array) -> np.ndarray:
