@@ -9,7 +9,7 @@ corpus and the solutions (tests/test_sandbox.py) keep their status too.
 import nbformat
 import pytest
 
-from donation_course.grading import scan
+from donation_course.grading import scan_policy
 from donation_course.grading.scan import Flag, scan_notebook, scan_source
 
 # The four exploits that scored 10/10 unflagged against the blocklist (answer: `return state * 0`).
@@ -433,10 +433,11 @@ def test_a_flag_gives_the_line_it_is_on():
 
 
 def test_the_policy_is_an_allowlist_and_no_allowed_module_is_also_denied():
-    assert not scan.ALLOWED_MODULES & scan.DENIED_MODULES
-    assert not {"operator", "string", "timeit", "pickle", "importlib", "builtins", "sys", "os"} & scan.ALLOWED_MODULES
-    assert "warnings" in scan.ALLOWED_MODULES  # lesson 3 teaches it
-    assert scan.MAGICS == {"time", "timeit"}
+    assert not scan_policy.ALLOWED_MODULES & scan_policy.DENIED_MODULES
+    denied_everywhere = {"operator", "string", "timeit", "pickle", "importlib", "builtins", "sys", "os"}
+    assert not denied_everywhere & scan_policy.ALLOWED_MODULES
+    assert "warnings" in scan_policy.ALLOWED_MODULES  # lesson 3 teaches it
+    assert scan_policy.MAGICS == {"time", "timeit"}
     for source in ("import abc\n", "import json\n", "import random\n", "import copy\n", "import ipywidgets\n"):
         assert scan_source(source), source  # not on the list (installed or stdlib): flagged although harmless
 

@@ -33,7 +33,7 @@ from .progress import NoProgress, progress_bar
 from .report import row_of, summarize, write_reports
 from .result import NEEDS_YOU, Status, StudentResult
 from .reviews import answer_digest
-from .scan import ALLOWED_MODULES
+from .scan_policy import ALLOWED_MODULES
 from .settings import GradingSettings
 from .state import StudentState, run_lock, save_state, write_atomic
 from .student_page import write_page

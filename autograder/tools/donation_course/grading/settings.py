@@ -138,7 +138,7 @@ class KernelSettings:
     audit: bool
     compile_cache: str  # the folder to read compiled programs from, or ""
     trusted_cells: tuple = ()    # the course's own cells, by ipykernel's hash (audit_log.trusted_cells)
-    allowed_modules: tuple = ()  # what learner code may import (scan.ALLOWED_MODULES)
+    allowed_modules: tuple = ()  # what learner code may import (scan_policy.ALLOWED_MODULES)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
