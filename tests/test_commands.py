@@ -131,18 +131,19 @@ def test_course_says_in_one_line_that_it_found_no_python_3_12(env, tmp_path):
     assert len(lines) == 1 and "needs Python 3.12" in lines[0] and "COURSE_PYTHON" in lines[0], lines
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
-def test_sighup_stops_a_command_as_sigterm_does(monkeypatch, signame):
-    """SIGTERM (kill, a batch queue's limit) and SIGHUP (a closed terminal, an
-    SSH drop) reach a running command as one exception, which unwinds it as
-    Ctrl-C does (its `finally` blocks run) and exits 128 + the signal; the
-    real run stopped by SIGTERM, with nothing left behind, is
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_sigterm_and_sighup_stop_a_command_in_one_way(monkeypatch, signame):
+    """Ctrl-C, SIGTERM (kill, a batch queue's limit) and SIGHUP (a closed
+    terminal, an SSH drop) reach a running command as one exception
+    (interrupts.Stopped, a KeyboardInterrupt), raised by one handler, which
+    unwinds it (its `finally` blocks run) and exits 128 + the signal; the
+    real run stopped by Ctrl-C, with nothing left behind, is
     test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp."""
     import os
     import signal
     import time
 
-    from donation_course import cli
+    from donation_course import cli, interrupts
 
     def not_the_commands_handler(signum, frame):
         raise AssertionError(f"{signame} reached the handler this test set, not the command's")
@@ -152,6 +153,7 @@ def test_sighup_stops_a_command_as_sigterm_does(monkeypatch, signame):
 
     def command(argv):
         try:
+            assert signal.getsignal(signum) is interrupts._handler
             os.kill(os.getpid(), signum)
             time.sleep(10)  # the handler raises in here; a signal left unhandled returns 0
             return 0
@@ -159,11 +161,82 @@ def test_sighup_stops_a_command_as_sigterm_does(monkeypatch, signame):
             unwound.append(argv)
 
     monkeypatch.setitem(cli.COMMANDS, "grade", command)
-    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
     signal.signal(signum, not_the_commands_handler)
     try:
         assert cli.main(["grade", "export.zip"]) == 128 + signum
+        assert signal.getsignal(signum) is not_the_commands_handler  # the command's handler is gone again
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
     assert unwound == [["export.zip"]]
+
+
+class _LosesTheSignal:
+    """Ctrl-C while the main thread runs a finalizer (here this `__del__`): the
+    KeyboardInterrupt its handler raises there is printed as "Exception ignored"
+    and lost, as when the grader drops a dask future or a gradebook session."""
+
+    def __del__(self):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):  # the handler runs between two of these bytecodes
+            pass
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the lost KeyboardInterrupt
+@pytest.mark.parametrize("then", ["returns", "waits"])
+def test_a_ctrl_c_lost_in_a_finalizer_still_stops_the_command(monkeypatch, then):
+    """The command goes on after the lost KeyboardInterrupt. One that waits
+    for work (the grader's pools call interrupts.check() on each turn) is
+    stopped there and unwinds; one that returns exits 130 all the same."""
+    import signal
+    import time
+
+    from donation_course import cli, interrupts
+
+    went_on, unwound = [], []
+
+    def command(argv):
+        try:
+            _LosesTheSignal()  # its last reference goes at once: __del__ runs here
+            went_on.append(True)
+            if then == "waits":
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    interrupts.check()
+                    time.sleep(0.01)
+            return 0
+        finally:
+            unwound.append(argv)
+
+    monkeypatch.setitem(cli.COMMANDS, "grade", command)
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli.main(["grade", "export.zip"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert went_on == [True], "the KeyboardInterrupt was not lost: this test tests nothing"
+    assert unwound == [["export.zip"]]
+    assert interrupts.received() == 0  # the next command in this process starts afresh
+
+
+def test_a_signal_ignored_at_start_stays_ignored():
+    """`nohup ./course grade ...` (SIGHUP ignored) outlives its terminal."""
+    import signal
+
+    from donation_course import interrupts
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        replaced = interrupts.install()
+        try:
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN and signal.SIGHUP not in replaced
+            assert signal.getsignal(signal.SIGTERM) is interrupts._handler
+        finally:
+            interrupts.uninstall(replaced)
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -53,36 +53,24 @@ def feedback(argv) -> int:
 COMMANDS = {"regenerate": regenerate, "grade": grade, "check": check, "feedback": feedback}
 
 
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP (a closed terminal, an SSH drop, `kill`, a batch
-    queue's time limit): handled as Ctrl-C is, so that workers and kernels
-    end, temporary folders go and the lock is released."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum, _frame):
-    raise Stopped(signum)
-
-
 def main(argv=None) -> int:
-    import signal
+    """Run a command; Ctrl-C, SIGTERM and SIGHUP unwind it alike (interrupts.py) and it exits 128 + the signal,
+    even when the signal's first raise was lost in a finalizer and the command ran to its end."""
+    from . import interrupts
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         return fail(f"usage: donation-course {{{','.join(COMMANDS)}}} [options]", 2)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _stop)
+    before = interrupts.install()
     try:
-        return COMMANDS[argv[0]](argv[1:])
+        code = COMMANDS[argv[0]](argv[1:])
+        return interrupts.exit_code() if interrupts.received() else code
     except CourseError as exc:
-        return fail(str(exc))
-    except KeyboardInterrupt:
-        return 130
-    except Stopped as stop:
-        return 128 + stop.signum
+        return interrupts.exit_code() if interrupts.received() else fail(str(exc))
+    except KeyboardInterrupt as exc:
+        return interrupts.exit_code(exc)
+    finally:
+        interrupts.uninstall(before)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import interrupts
 from ..course import CourseError
 from . import bundle, cluster_worker
 from .cluster_log import ClusterLog, say
@@ -187,6 +188,7 @@ class ClusterExecutor:
         last_look = idle_since = time.monotonic()
         try:
             while todo or pending:
+                interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was lost in a finalizer
                 now = time.monotonic()
                 if now - last_look >= TICK:
                     last_look = now

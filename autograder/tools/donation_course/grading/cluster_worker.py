@@ -22,6 +22,7 @@ from . import bundle, grader_process
 from .zygote import zygote
 
 LOG_TAIL = 64 << 10  # at most this much of a student's stretch of the grading log goes back
+END_WITHIN = 60      # seconds end_run waits for the run's tasks here to stop (one whose grading process starts)
 LOADED_CODE = bundle.fingerprint()["code"]  # the grading code this worker imported (a changed checkout is refused)
 
 
@@ -29,6 +30,7 @@ LOADED_CODE = bundle.fingerprint()["code"]  # the grading code this worker impor
 class RunState:
     graders: dict[int, grader_process.Grader] = field(default_factory=dict)  # task thread -> its grading process
     stopped: bool = False
+    tasks: int = 0  # its tasks in hand here: end_run waits until each has stopped and removed its files
 
 
 _RUNS: dict[str, RunState] = {}
@@ -96,11 +98,15 @@ def _end_run(run_id: str, kill: bool) -> int:
     state.stopped = True
     for grader in list(state.graders.values()):
         grader_process.stop(grader, kill)
+    deadline = time.monotonic() + END_WITHIN  # a task sees `stopped` within grader_process.SAMPLE_EVERY, or
+    while state.tasks and time.monotonic() < deadline:  # once the grading process it starts is ready
+        time.sleep(0.05)
     return len(state.graders)
 
 
 async def end_run(run_id: str, kill: bool = False, dask_worker=None) -> int:
-    """Stop this run's grading processes (and their kernels) and remove their scratch folders."""
+    """Stop this run's grading processes (and their kernels) and remove their scratch folders; back once each
+    task of the run here has stopped and removed its student's files."""
     return await asyncio.to_thread(_end_run, run_id, kill)
 
 
@@ -126,6 +132,7 @@ def grade_task(run_id: str, digest: str, job, timeout: int, student: str, files:
         if run_id in _ENDED:
             return None
         state = _RUNS.setdefault(run_id, RunState())
+        state.tasks += 1
     try:
         return _grade(state, worker, digest, job, timeout, student, files) | {
             "worker": worker.address, "wait": max(0.0, started - submitted_at), "wall": time.time() - started}
@@ -133,6 +140,9 @@ def grade_task(run_id: str, digest: str, job, timeout: int, student: str, files:
         return None
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "worker": worker.address}
+    finally:
+        with _LOCK:
+            state.tasks -= 1
 
 
 class _Stopped(Exception):

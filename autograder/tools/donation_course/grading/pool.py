@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from .. import interrupts
 from ..course import CourseError
 from .result import StudentResult
 from .state import held_locks
@@ -108,6 +109,7 @@ class LocalPool:
         queue, pending = list(students), len(students)
         try:
             while pending:
+                interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was lost in a finalizer
                 for slot in self.slots:
                     if slot.ready and slot.student is None and queue:
                         slot.student, slot.since = queue.pop(0), time.monotonic()
