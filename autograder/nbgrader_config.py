@@ -32,6 +32,7 @@ c.Execute.extra_arguments = [
     "--IPKernelApp.exec_lines=import donation_course.hidden.capstone",
     "--IPKernelApp.exec_lines=import donation_course.hidden.debugging",
     "--IPKernelApp.exec_lines=import donation_course.hidden.handover",
+    "--IPKernelApp.exec_lines=import donation_course.hidden.lessons",
 ]
 
 # solutions/ = the source with answers kept and hidden tests removed, no

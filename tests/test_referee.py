@@ -66,13 +66,18 @@ def _check_names(module) -> dict:
 
 
 def test_every_referee_check_is_a_hidden_check_of_the_same_name_and_the_rest_are_kernel_only():
-    from donation_course.hidden import capstone, exercise
+    from donation_course.hidden import capstone, exercise, lessons
 
     modules = {"exercise": _check_names(exercise), "capstone": _check_names(capstone)}
     for (module, function), (_answer, name) in asks.CHECKS.items():
-        assert modules[module][function] == name
+        if module == "lessons":  # lessons 1 to 6: a hand-over of the answer the cell's public checks judged
+            assert function in lessons.__all__
+            assert f'hand_over("{_answer}", "{name}", ' in inspect.getsource(getattr(lessons, function))
+        else:
+            assert modules[module][function] == name
     every = {(m, f) for m, names in modules.items() for f in names}
-    assert every == set(asks.CHECKS) | asks.KERNEL_ONLY
+    assert every == {k for k in asks.CHECKS if k[0] != "lessons"} | {k for k in asks.KERNEL_ONLY if k[0] != "lessons"}
+    assert set(lessons.__all__) == {f for m, f in asks.CHECKS if m == "lessons"}
     assert set(judge.JUDGES) == {name for _a, name in asks.CHECKS.values()}
 
 
@@ -86,7 +91,10 @@ def test_the_graded_notebooks_cells_map_to_the_referees_checks():
                      "ex-training-loop": "training loop", "cap-public": "capstone worked example",
                      "cap-values": "capstone values", "cap-donated-leaves": "capstone donated leaves",
                      "cap-buffer-reuse": "capstone buffer reuse", "cap-loop": "capstone training loop"}
-    assert judged_cells(COURSE.source / "01_why_donate.ipynb") == []  # lessons 1-6 stay in-kernel
+    lessons = {grade_id: check for path in sorted(COURSE.source.glob("0[1-6]_*.ipynb"))
+               for grade_id, _answer, check in judged_cells(path)}
+    assert lessons == {"l1-q1-check": "train_step (lesson 1)", "l2-q1-check": "apply_delta (lesson 2)",
+                       "l4-q1-check": "sgd_update (lesson 4)"}
 
 
 # --- screening -------------------------------------------------------------------------------------------------
@@ -395,3 +403,67 @@ def test_the_worked_example_of_an_honest_answer_is_compiled_run_and_passed():
     verdicts = {v.check: v for v in judge.judge(asks.EXERCISE, handed)}
     assert verdicts.pop("worked example").outcome == PASS
     assert {v.outcome for v in verdicts.values()} == {UNJUDGED}  # the others were never handed over
+
+
+# --- lessons 1, 2 and 4: the graded self-checks' jax.jit answers -------------------------------------------------
+
+def _add(state, delta):
+    return state + delta
+
+
+def _sgd(params, grads):
+    return jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+
+
+@pytest.mark.slow  # compiles and runs two programs per answer
+@pytest.mark.parametrize("answer, fn", [
+    # the lessons' solutions and the other honest forms they teach
+    (asks.TRAIN_STEP, jax.jit(lambda params, grads: params - 0.5 * grads, donate_argnums=0)),
+    (asks.TRAIN_STEP, jax.jit(lambda params, grads: params - 0.5 * grads, donate_argnames="params")),
+    (asks.APPLY_DELTA, jax.jit(_add, donate_argnames="state")),
+    (asks.APPLY_DELTA, jax.jit(_add, donate_argnums=0)),  # the lesson: the very same request
+    (asks.SGD_UPDATE, jax.jit(_sgd, donate_argnames="params")),
+    (asks.SGD_UPDATE, jax.jit(_sgd, donate_argnums=0)),
+])
+def test_honest_lesson_answers_pass_the_referee(answer, fn):
+    assert set(_outcomes(answer, fn).values()) == {PASS}
+
+
+@pytest.mark.slow  # compiles and runs up to two programs per answer
+@pytest.mark.parametrize("answer, fn, said", [
+    (asks.TRAIN_STEP, jax.jit(lambda params, grads: params - 0.5 * grads), "donates nothing"),
+    (asks.TRAIN_STEP, jax.jit(lambda params, grads: params * 0, donate_argnums=0), "expected"),
+    (asks.TRAIN_STEP, jax.jit(lambda params, grads: params - 0.5 * grads, donate_argnums=1), "donates grads"),
+    (asks.APPLY_DELTA, jax.jit(_add, donate_argnums=1), "donates delta"),
+    (asks.APPLY_DELTA, jax.jit(_add, donate_argnums=(0, 1)), "donates delta"),  # seen on the keyword call
+    (asks.APPLY_DELTA, jax.jit(lambda state, delta: state - delta, donate_argnames="state"), "expected"),
+    (asks.SGD_UPDATE, jax.jit(_sgd), "donates nothing"),
+    (asks.SGD_UPDATE, jax.jit(lambda params, grads: {"w": params["w"] - 0.5 * grads["w"]}, donate_argnums=0),
+     "donates params['w']"),
+    (asks.SGD_UPDATE, jax.jit(lambda params, grads: tuple(_sgd(params, grads).values()), donate_argnums=0),
+     "returns result[0], result[1]"),
+    (asks.SGD_UPDATE, jax.jit(lambda params, grads: _sgd(params, grads) | {"b": params["b"]}, donate_argnums=0),
+     "expected"),
+])
+def test_a_wrong_lesson_answer_fails_the_referee_with_why(answer, fn, said):
+    (verdict,) = judge.judge(answer, _handover(answer, fn))
+    assert verdict.outcome == FAIL and said in verdict.message, verdict
+
+
+def test_a_lesson_answer_of_another_shape_is_told_the_shape_it_must_have():
+    step = jax.jit(lambda params, grads: params - 0.5 * grads, donate_argnums=0)
+    (verdict,) = judge.judge(asks.TRAIN_STEP, _handover(asks.TRAIN_STEP, lambda params, grads: step(params, grads)))
+    assert verdict.outcome == UNJUDGED and "train_step must be made by jax.jit" in verdict.message
+    (nothing,) = judge.judge(asks.SGD_UPDATE, None)
+    assert nothing.outcome == UNJUDGED and "received no program" in nothing.message
+
+
+def test_a_lesson_call_is_flattened_as_jax_flattens_it():
+    # keyword arguments by sorted name, dict keys sorted: the order of the program's arguments
+    assert [p for p, _ in asks.flat_specs(asks.APPLY_DELTA.signatures[1], asks.APPLY_DELTA.arguments)] == \
+        ["delta", "state"]
+    assert [p for p, _ in asks.flat_specs(asks.SGD_UPDATE.signatures[0], asks.SGD_UPDATE.arguments)] == \
+        ["params['b']", "params['w']", "grads['b']", "grads['w']"]
+    spec = handover._spec({"w": "float32[2]", "b": "float32[]"})
+    flat = jax.tree_util.tree_flatten_with_path(((spec, spec), {}))[0]
+    assert [jax.tree_util.keystr(path[1:]) for path, _ in flat] == ["[0]['b']", "[0]['w']", "[1]['b']", "[1]['w']"]

@@ -40,7 +40,8 @@ DANGEROUS = frozenset({"ctypes", "_ctypes", "subprocess", "_posixsubprocess", "s
 # stack: a library's helper process is as much a process as the learner's)
 PROCESSES = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system", "os.spawn")
 WATCHED = ("donation_course.hidden.safe", "donation_course.hidden.exercise", "donation_course.hidden.capstone",
-           "donation_course.hidden.debugging", "donation_course.hidden.handover", "donation_lab.checks")
+           "donation_course.hidden.debugging", "donation_course.hidden.handover", "donation_course.hidden.lessons",
+           "donation_lab.checks")
 MAGICS_ALLOWED = ("time", "timeit")
 
 

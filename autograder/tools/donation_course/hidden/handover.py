@@ -1,7 +1,8 @@
 """The grading kernel's side of the referee: hand an answer over as data.
 
-When a hidden check of lesson 7 runs, it first hands the function under
-test over (`hand_over`): a jax.jit function as the StableHLO programs it
+When a hidden check of lesson 3 or 7 runs, or a hand-over of
+hidden/lessons.py in a graded self-check of lessons 1 to 6, it hands the
+function under test over (`hand_over`): a jax.jit function as the StableHLO programs it
 lowers to for the referee's signatures (grading/referee/asks.py), with their
 donation attributes and the arguments each keeps; anything else as its
 shape only. The hand-over is a display output of its own type
@@ -50,6 +51,18 @@ class _Sent(dict):
 _SENT = _Sent()
 
 
+def _spec(spec):
+    if isinstance(spec, dict):
+        return {k: _spec(v) for k, v in spec.items()}
+    dtype, shape = asks.parse_spec(spec)
+    return _Shape(shape, _dtypes[dtype])
+
+
+def _call_specs(call):
+    """(args, kwargs) of ShapeDtypeStructs for an asks.Call."""
+    return tuple(_spec(a) for a in call.args), {name: _spec(spec) for name, spec in call.kwargs}
+
+
 def _specs(answer, signature):
     if answer is asks.EXERCISE:
         dtype, n = signature
@@ -71,7 +84,11 @@ def _entry(answer, fn) -> dict:
         try:
             with catch_warnings(), redirect_stdout(StringIO()), redirect_stderr(StringIO()):
                 simplefilter("ignore")
-                lowered = fn.lower(*_specs(answer, signature))
+                if isinstance(signature, asks.Call):
+                    args, kwargs = _call_specs(signature)
+                    lowered = fn.lower(*args, **kwargs)
+                else:
+                    lowered = fn.lower(*_specs(answer, signature))
                 found[key] = {"text": lowered.as_text(), "kept": kept_inputs(lowered)}
         except Exception as exc:
             found[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}

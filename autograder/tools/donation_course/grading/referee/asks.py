@@ -3,9 +3,12 @@ the grader's process reads it, the grading kernel's hand-over and the
 referee's judge both build on it).
 
 An answer is handed over as the programs its jax.jit function lowers to, one
-per signature below. The referee judges the grade cells whose hidden check
-appears in CHECKS; the others (Python-level behaviour a program cannot
-show) rest on the kernel's checks alone.
+per signature below, or (VALUES answers) as values: arrays as their dtype,
+shape and raw bytes, strings as text, never pickles. The referee judges the
+grade cells that call a function in CHECKS (a hidden check of lesson 3 or 7,
+or a hand-over of hidden/lessons.py in lessons 1, 2, 4 and 5); KERNEL_ONLY
+lists the rest (Python-level behaviour no program or value shows), which
+rests on the kernel's checks alone.
 """
 from __future__ import annotations
 
@@ -20,13 +23,48 @@ MAX_HANDOVER_BYTES = 8 << 20  # one answer's hand-over, all its outputs together
 MAX_FUNCTIONS = 64            # function objects handed over for one answer
 
 
+PROGRAMS, VALUES = "programs", "values"  # what an answer is handed over as
+
+
 @dataclass(frozen=True)
 class Answer:
     name: str          # the hand-over file's stem
-    function: str      # the learner's name for the jax.jit function
+    function: str      # the learner's name for the jax.jit function (or the values, VALUES)
     module: str        # the hidden module whose checks judge it in the kernel
-    signatures: tuple  # the referee's signature keys (see signature_key)
+    signatures: tuple  # the referee's signature keys (see signature_key), or Calls
     spelled: str       # how the shape it must have is said to the learner
+    kind: str = PROGRAMS
+    arguments: tuple = ()  # the learner function's parameter names (Call answers)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call the referee asks a jax.jit answer to be lowered for: each argument an array spec
+    ("float32[2,2]", "float32[]") or a dict of them (a tree), given by position (args) or by keyword
+    (kwargs: (name, spec) pairs). The program's flat arguments are in JAX's order (flat_specs)."""
+    key: str
+    args: tuple = ()
+    kwargs: tuple = ()
+
+
+def _leaves(path: str, spec) -> list:
+    if isinstance(spec, dict):
+        return [leaf for k in sorted(spec) for leaf in _leaves(f"{path}[{k!r}]", spec[k])]
+    return [(path, spec)]
+
+
+def flat_specs(call: Call, names: tuple) -> list:
+    """[(name, "dtype[shape]")] of the call's array arguments, flattened as jax.jit flattens (args, kwargs):
+    positional arguments in order (named by `names`), then keyword arguments by sorted name, dict keys
+    sorted."""
+    flat = [leaf for name, spec in zip(names, call.args, strict=False) for leaf in _leaves(name, spec)]
+    return flat + [leaf for name, spec in sorted(call.kwargs) for leaf in _leaves(name, spec)]
+
+
+def parse_spec(spec: str) -> tuple:
+    """'float32[2,2]' -> ('float32', (2, 2))."""
+    dtype, dims = spec[:-1].split("[")
+    return dtype, tuple(int(d) for d in dims.split(",") if d)
 
 
 # update_with_donate(state, delta): two 1-D arrays of one dtype and length
@@ -44,7 +82,27 @@ CAPSTONE = Answer(
     "train_step must be made by jax.jit, for example `train_step = jax.jit(step, donate_argnames=("
     "\"params\", \"opt_state\"))`: the grader reads the program a jax.jit function lowers to")
 
-ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE)}
+# Lessons 1, 2 and 4: jax.jit functions, handed over (hidden/lessons.py) at the end of their public check's cell
+_SHAPE = ("{f} must be made by jax.jit, for example `{f} = jax.jit(f, {opt})` or the "
+          "`@functools.partial(jax.jit, {opt})` decorator on a def: the grader reads the program a jax.jit "
+          "function lowers to")
+TRAIN_STEP = Answer(  # lesson 1: train_step(params, grads) = params - 0.5 * grads, params donated
+    "l1-train-step", "train_step", "lessons",
+    (Call("float32[3]", ("float32[3]", "float32[3]")), Call("float32[2,2]", ("float32[2,2]", "float32[2,2]"))),
+    _SHAPE.format(f="train_step", opt="donate_argnums=0"), arguments=("params", "grads"))
+APPLY_DELTA = Answer(  # lesson 2: apply_delta(state, delta) = state + delta, state donated by name
+    "l2-apply-delta", "apply_delta", "lessons",
+    (Call("float32[2]", ("float32[2]", "float32[2]")),
+     Call("state=float32[1], delta=float32[1]", (), (("state", "float32[1]"), ("delta", "float32[1]")))),
+    _SHAPE.format(f="apply_delta", opt='donate_argnames="state"'), arguments=("state", "delta"))
+_TREE = {"w": "float32[2]", "b": "float32[]"}
+SGD_UPDATE = Answer(  # lesson 4: sgd_update(params, grads) on {"w", "b"} trees, params donated
+    "l4-sgd-update", "sgd_update", "lessons",
+    (Call("w=float32[2], b=float32[]", (_TREE, _TREE)),
+     Call("w=float32[5], b=float32[]", ({"w": "float32[5]", "b": "float32[]"},) * 2)),
+    _SHAPE.format(f="sgd_update", opt='donate_argnames="params"'), arguments=("params", "grads"))
+
+ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE, TRAIN_STEP, APPLY_DELTA, SGD_UPDATE)}
 
 # (hidden module, check function) -> (answer, the check's name as its ✔/✘ lines say it)
 CHECKS = {
@@ -59,6 +117,12 @@ CHECKS = {
     ("capstone", "check_reuse"): ("capstone", "capstone buffer reuse"),
     ("capstone", "check_loop"): ("capstone", "capstone training loop"),
 }
+# lessons 1, 2 and 4 (hidden/lessons.py's hand-overs; the kernel's checks are the cell's public ones)
+CHECKS.update({
+    ("lessons", "hand_over_train_step"): ("l1-train-step", "train_step (lesson 1)"),
+    ("lessons", "hand_over_apply_delta"): ("l2-apply-delta", "apply_delta (lesson 2)"),
+    ("lessons", "hand_over_sgd_update"): ("l4-sgd-update", "sgd_update (lesson 4)"),
+})
 # judged in the kernel only: Python-level behaviour (which buffers init_opt_state's leaves share; what
 # hunt_nans does to jax's config and train_step's cache) that no program shows
 KERNEL_ONLY = {("capstone", "check_untied"), ("capstone", "check_nan_hunt")}
@@ -66,6 +130,8 @@ KERNEL_ONLY = {("capstone", "check_untied"), ("capstone", "check_nan_hunt")}
 
 def signature_key(answer: Answer, signature) -> str:
     """The name of one signature in the hand-over: 'float32[2]' (exercise), 'n=8' (capstone)."""
+    if isinstance(signature, Call):
+        return signature.key
     if answer is EXERCISE:
         dtype, length = signature
         return f"{dtype}[{length}]"

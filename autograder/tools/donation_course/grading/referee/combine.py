@@ -26,7 +26,7 @@ from .asks import CHECKS
 from .verdict import FAIL, PASS
 
 _IMPORT = re.compile(r"import\s+donation_course\.hidden\.(\w+)\s+as\s+(\w+)")
-_CALL = re.compile(r"\b(\w+)\.(check_\w+)\s*\(")
+_CALL = re.compile(r"\b(\w+)\.(\w+)\s*\(")  # alias.function(...): kept when (module, function) is in CHECKS
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ import numpy as np
 from donation_course.hidden.safe import close, device, live_count, momentum_reference
 
 from . import programs
-from .asks import CAPSTONE, CHECKS, EXERCISE, Answer, signature_key
+from .asks import APPLY_DELTA, CAPSTONE, CHECKS, EXERCISE, SGD_UPDATE, TRAIN_STEP, Answer, flat_specs, parse_spec, \
+    signature_key
 from .screen import Refused, screen
 from .verdict import FAIL, PASS, UNJUDGED, Verdict
 
@@ -332,11 +333,79 @@ def cap_loop(p: Programs, steps: int = 30) -> str:
     return f"over {steps} steps of its program the number of arrays alive stayed at {before}."
 
 
+# --- lessons 1, 2 and 4: a jax.jit function judged on the calls asks.py names ------------------------------
+
+def _root(path: str) -> str:
+    return path.split("[", 1)[0]
+
+
+def judge_calls(p: Programs, reference, donated: set, seed: int) -> str:
+    """Every call of p's answer, on the referee's own random arrays: the outputs (by jax.result_info name) are
+    reference({argument path: values}); exactly the leaves of the arguments named in `donated` are donated by the
+    program, deleted by the run and lend their buffers to outputs; the others are kept."""
+    answer = p.answer
+    rng = np.random.default_rng(seed)
+    for signature in answer.signatures:
+        loaded = p.get(signature)
+        program, kept, executable = loaded
+        flat = flat_specs(signature, answer.arguments)
+        values = []
+        for _path, spec in flat:
+            dtype, shape = parse_spec(spec)
+            values.append(rng.standard_normal(shape).astype(dtype))
+        arrays = [device(v) for v in values]
+        pointers = [a.unsafe_buffer_pointer() for a in arrays]
+        where = f"for {answer.function}({signature.key})"
+        flags = [i in kept and program.donated[kept.index(i)] for i in range(len(flat))]
+        wanted = [_root(path) in donated for path, _ in flat]
+        if flags != wanted:
+            asked = [path for (path, _), f in zip(flat, flags, strict=True) if f]
+            meant = [path for (path, _), w in zip(flat, wanted, strict=True) if w]
+            fail(f"{where} its program donates {', '.join(asked) or 'nothing'}; expected {', '.join(meant)} "
+                 "and nothing else.")
+        outs = call(loaded, arrays)
+        expected = reference({path: v for (path, _), v in zip(flat, values, strict=True)})
+        names = tuple(program.result_names)
+        if sorted(names) != sorted(expected) or len(outs) != len(expected):
+            fail(f"{where} its program returns {', '.join(n or '?' for n in names)[:200]}; expected "
+                 f"{', '.join(sorted(expected))}.")
+        for name, out in zip(names, outs, strict=True):
+            got = host(out)
+            if not close(got, expected[name]):
+                fail(f"{where} {name} is {got.round(5).tolist()}, expected "
+                     f"{np.asarray(expected[name], 'float64').round(5).tolist()}.")
+        after = {o.unsafe_buffer_pointer() for o in outs}
+        for (path, _), array, pointer, give in zip(flat, arrays, pointers, wanted, strict=True):
+            if give and not array.is_deleted():
+                fail(f"{where} {path} is still alive after the call: its program does not donate it.")
+            if not give and array.is_deleted():
+                fail(f"{where} {path} was deleted by the call: only {' and '.join(sorted(donated))} may be donated.")
+            if give and pointer not in after:
+                fail(f"{where} no output takes the buffer of {path}: its program does not reuse it.")
+    return (f"{answer.function}'s program gives the right values and donates {' and '.join(sorted(donated))} "
+            f"(reused by its outputs) on every call the grader tried.")
+
+
+def l1_train_step(p: Programs) -> str:
+    return judge_calls(p, lambda a: {"result": a["params"] - 0.5 * a["grads"]}, {"params"}, 101)
+
+
+def l2_apply_delta(p: Programs) -> str:
+    return judge_calls(p, lambda a: {"result": a["state"] + a["delta"]}, {"state"}, 102)
+
+
+def l4_sgd_update(p: Programs) -> str:
+    return judge_calls(p, lambda a: {f"result[{k!r}]": a[f"params[{k!r}]"] - 0.5 * a[f"grads[{k!r}]"]
+                                     for k in ("b", "w")}, {"params"}, 104)
+
+
 JUDGES = {
     "worked example": ex_example, "values": ex_values, "state is donated, delta is kept": ex_invalidation,
     "result reuses state's buffer": ex_real_donation, "training loop": ex_training_loop,
     "capstone worked example": cap_example, "capstone values": cap_values, "capstone donated leaves": cap_deleted,
     "capstone buffer reuse": cap_reuse, "capstone training loop": cap_loop,
+    "train_step (lesson 1)": l1_train_step, "apply_delta (lesson 2)": l2_apply_delta,
+    "sgd_update (lesson 4)": l4_sgd_update,
 }
 
 
@@ -370,4 +439,4 @@ def judge(answer: Answer, handover) -> Iterator[Verdict]:
             yield Verdict(check, PASS, message)
 
 
-ANSWERS = {EXERCISE.name: EXERCISE, CAPSTONE.name: CAPSTONE}
+ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE, TRAIN_STEP, APPLY_DELTA, SGD_UPDATE)}  # noqa: F811

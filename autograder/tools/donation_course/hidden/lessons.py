@@ -1,0 +1,32 @@
+"""Hand-overs of lessons 1 to 6's graded self-checks to the referee, run only at grading.
+
+The kernel's checks of these cells are the public ones (donation_lab.checks),
+which the learner runs too; a grade cell's hidden block then calls one of
+these functions, which hands the answer over as data (hidden/handover.py: a
+jax.jit function as the programs it lowers to for the referee's calls,
+grading/referee/asks.py). The referee judges those programs where no learner
+code runs (grading/referee/judge.py), and a point needs both passes.
+
+They check nothing themselves and print nothing (nbgrader scores the cell by
+its public checks), and never raise: a failure to hand over is the referee's
+"received nothing". Imported at kernel start (nbgrader_config.py's
+exec_lines), before learner code, like the hidden checks.
+"""
+from donation_course.hidden.handover import hand_over
+
+__all__ = ["hand_over_train_step", "hand_over_apply_delta", "hand_over_sgd_update"]
+
+
+def hand_over_train_step(train_step) -> None:
+    """Lesson 1, Exercise 1.1 (l1-q1-check)."""
+    hand_over("l1-train-step", "train_step (lesson 1)", train_step)
+
+
+def hand_over_apply_delta(apply_delta) -> None:
+    """Lesson 2, Exercise 2.1 (l2-q1-check)."""
+    hand_over("l2-apply-delta", "apply_delta (lesson 2)", apply_delta)
+
+
+def hand_over_sgd_update(sgd_update) -> None:
+    """Lesson 4, Exercise 4.1 (l4-q1-check)."""
+    hand_over("l4-sgd-update", "sgd_update (lesson 4)", sgd_update)
