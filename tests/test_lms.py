@@ -367,13 +367,13 @@ def grader_processes(course) -> list:
     return found
 
 
-# SIGHUP (a closed terminal, an SSH drop) takes SIGTERM's path in the grader
-# (cli.Stopped): test_commands.py::test_sighup_stops_a_command_as_sigterm_does.
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
-def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env, generated_course, signum):
-    """Ctrl-C and SIGTERM (kill, a batch queue's limit) stop a run the same
-    way: no process, lock or temporary folder left behind, and the next run
-    grades everyone once."""
+# SIGTERM (kill, a batch queue's limit) and SIGHUP (a closed terminal, an SSH
+# drop) take Ctrl-C's path in the grader, from one handler (interrupts.py):
+# test_commands.py::test_ctrl_c_sigterm_and_sighup_stop_a_command_in_one_way.
+def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_path, env, generated_course):
+    """Ctrl-C stops a run: no process, lock or temporary folder left behind,
+    and the next run grades everyone once."""
+    signum = signal.SIGINT
     files = tmp_path / "corpus"
     corpus.build(files)
     export = tmp_path / "export"
