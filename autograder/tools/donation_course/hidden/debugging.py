@@ -18,7 +18,15 @@ opt_state (silently). The learner defines, in the answer cell:
       jitted, donating every leaf of params and opt_state and nothing of batch
 A fix that only silences the warning (donating params alone) or that copies
 (no donation) keeps its values right and earns the values check only.
+
+The referee: each check first hands fixed_step over as data
+(hidden/handover.py: the program a jax.jit function lowers to), and the
+grader judges that program again where no learner code runs
+(grading/referee/judge.py); a point needs both passes. What the program
+cannot show (a request to donate the batch, which JAX drops with a warning)
+rests on these checks alone.
 """
+from donation_course.hidden.handover import hand_over
 from donation_course.hidden.safe import (  # the builtins among these shadow the live ones on purpose
     HiddenCheckFailed,
     IndexError,
@@ -171,6 +179,7 @@ def _ask_batch_message(asked) -> str:
 def check_example(fixed_step) -> str:
     """The public check again, with helpers the learner cannot redefine: one step from random params gives the
     reference values, the old params and opt_state are deleted, and the batch is left alive."""
+    hand_over("l3-fixed-step", "fixed_step worked example", fixed_step)  # to the referee, as data
     rng = default_rng(21)
     batch, (x, y) = _batch(rng)
     (w, b, mw, mb), (params, opt) = _random_state(rng)
@@ -194,6 +203,7 @@ def check_example(fixed_step) -> str:
 def check_values(fixed_step) -> str:
     """Three chained steps from random params, on a fresh batch each, give the reference values; each batch is
     left alive and unchanged, and fixed_step asks to donate none of it (no 'not usable' warning)."""
+    hand_over("l3-fixed-step", "fixed_step values and batch", fixed_step)  # to the referee, as data
     rng = default_rng(22)
     (w, b, mw, mb), (params, opt) = _random_state(rng)
     for number in range(1, 4):
@@ -222,6 +232,7 @@ def check_values(fixed_step) -> str:
 def check_donated(fixed_step) -> str:
     """Every leaf of params and opt_state is deleted after a step and asked to donate (traced); no leaf of the
     batch is."""
+    hand_over("l3-fixed-step", "fixed_step donated leaves", fixed_step)  # to the referee, as data
     rng = default_rng(23)
     batch, _ = _batch(rng)
     _, (params, opt) = _random_state(rng)
@@ -254,6 +265,7 @@ def check_donated(fixed_step) -> str:
 def check_reuse_and_loop(fixed_step, steps: int = 20) -> str:
     """Each leaf of params and opt_state lends its buffer to an output leaf; then a loop over fresh batches
     that rebinds params and opt_state keeps no old leaf alive after its step and the live buffers flat."""
+    hand_over("l3-fixed-step", "fixed_step buffer reuse and loop", fixed_step)  # to the referee, as data
     rng = default_rng(24)
     batch, _ = _batch(rng)
     _, (params, opt) = _random_state(rng)

@@ -2,11 +2,13 @@
 
 When a hidden check of lesson 3 or 7 runs, or a hand-over of
 hidden/lessons.py in a graded self-check of lessons 1 to 6, it hands the
-function under test over (`hand_over`): a jax.jit function as the StableHLO programs it
-lowers to for the referee's signatures (grading/referee/asks.py), with their
-donation attributes and the arguments each keeps; anything else as its
-shape only. The hand-over is a display output of its own type
-(asks.MIME) in the check's grade cell: the worker reads it from the
+function under test over (`hand_over`): a jax.jit function as the StableHLO
+programs it lowers to for the referee's signatures (grading/referee/asks.py),
+with their donation attributes and the arguments each keeps; anything else
+as its shape only. Lesson 5's answers are values (`hand_over_values`): a JAX
+array as its dtype, shape and bytes, a str as its text, never a pickle.
+The hand-over is a display output of its own type (asks.MIME) in the
+check's grade cell: the worker reads it from the
 autograded notebook and removes it before the feedback is written; the
 referee, where no learner code runs, compiles and judges those programs
 itself (grading/referee/). A function is handed over once; later checks
@@ -18,6 +20,8 @@ output of the lowering are silenced (nbgrader zeroes a grade cell that
 writes to stderr). Like safe.py, it is imported at kernel start, before
 learner code, and calls only what it captured then.
 """
+from base64 import b64encode
+
 import jax
 from IPython.display import publish_display_data
 
@@ -27,8 +31,11 @@ from donation_course.hidden.safe import (
     Exception,
     JitFunction,
     StringIO,
+    asarray,
     catch_warnings,
     enumerate,
+    int,
+    is_array,
     len,
     redirect_stderr,
     redirect_stdout,
@@ -38,6 +45,7 @@ from donation_course.hidden.safe import (
 )
 
 _Shape = jax.ShapeDtypeStruct
+_b64encode = b64encode
 _dtypes = {"float32": jax.numpy.float32, "int32": jax.numpy.int32, "bfloat16": jax.numpy.bfloat16}
 _publish = publish_display_data
 
@@ -93,6 +101,37 @@ def _entry(answer, fn) -> dict:
         except Exception as exc:
             found[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
     return {"programs": found}
+
+
+def _value(value) -> dict:
+    """One value as data: a JAX array as its dtype, shape and bytes (base64), a str as its text, None as none;
+    anything else as its type's name only."""
+    if value is None:
+        return {"none": True}
+    if type(value) is str:
+        return {"text": value[:asks.MAX_VALUE_BYTES]}
+    if is_array(value):
+        try:
+            host = asarray(value)
+        except Exception as exc:  # a deleted array
+            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
+        if host.nbytes > asks.MAX_VALUE_BYTES:
+            return {"type": type(value).__name__, "error": "too large"}
+        return {"dtype": str(host.dtype), "shape": [int(d) for d in host.shape],
+                "data": _b64encode(host.tobytes()).decode("ascii")}
+    return {"type": type(value).__name__}
+
+
+def hand_over_values(answer_name: str, check: str, values: dict) -> None:
+    """Hand `values` ({name: value}) over as the answer that `check` judges (each call a new entry)."""
+    try:
+        sent = _SENT.setdefault(answer_name, [])
+        sent.append(None)
+        entry = {"values": {str(name): _value(value) for name, value in values.items()}}
+        _publish({asks.MIME: {"answer": answer_name, "check": check, "index": len(sent) - 1, "entry": entry}},
+                 metadata={})
+    except Exception:
+        pass  # the referee says it received nothing; the kernel's own check goes on
 
 
 def hand_over(answer_name: str, check: str, fn) -> None:

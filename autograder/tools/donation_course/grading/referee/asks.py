@@ -102,7 +102,24 @@ SGD_UPDATE = Answer(  # lesson 4: sgd_update(params, grads) on {"w", "b"} trees,
      Call("w=float32[5], b=float32[]", ({"w": "float32[5]", "b": "float32[]"},) * 2)),
     _SHAPE.format(f="sgd_update", opt='donate_argnames="params"'), arguments=("params", "grads"))
 
-ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE, TRAIN_STEP, APPLY_DELTA, SGD_UPDATE)}
+# lesson 3: fixed_step(batch, params, opt_state) -> (params, opt_state, loss), batch {"x": f32[32,4], "y": f32[32]},
+# params {"w": f32[4], "b": f32[]}, opt_state {"m": like params}; handed over by hidden/debugging.py's checks
+_PARAMS3 = {"w": "float32[4]", "b": "float32[]"}
+FIXED_STEP = Answer(
+    "l3-fixed-step", "fixed_step", "debugging",
+    (Call("n=32", ({"x": "float32[32,4]", "y": "float32[32]"}, _PARAMS3, {"m": _PARAMS3})),),
+    "fixed_step must be made by jax.jit, for example `fixed_step = jax.jit(step_fn, donate_argnames=(...))`: the "
+    "grader reads the program a jax.jit function lowers to", arguments=("batch", "params", "opt_state"))
+
+# lesson 5: values, handed over as data (an array as its dtype, shape and bytes; a str as its text)
+MAX_VALUE_BYTES = 1 << 16  # one value handed over
+Y_OUT = Answer("l5-y-out", "y_out", "lessons", ("y_out",),
+               "y_out must be the JAX array scale(y_in) returns", kind=VALUES)
+NAN_MESSAGE = Answer("l5-find-nan", "find_nan", "lessons", ("message",),
+                     "find_nan must return the text of the error (a str), as str(exc) gives it", kind=VALUES)
+
+ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE, TRAIN_STEP, APPLY_DELTA, SGD_UPDATE, FIXED_STEP, Y_OUT,
+                               NAN_MESSAGE)}
 
 # (hidden module, check function) -> (answer, the check's name as its ✔/✘ lines say it)
 CHECKS = {
@@ -117,15 +134,42 @@ CHECKS = {
     ("capstone", "check_reuse"): ("capstone", "capstone buffer reuse"),
     ("capstone", "check_loop"): ("capstone", "capstone training loop"),
 }
+CHECKS.update({  # lesson 3's debugging exercise
+    ("debugging", "check_example"): ("l3-fixed-step", "fixed_step worked example"),
+    ("debugging", "check_values"): ("l3-fixed-step", "fixed_step values and batch"),
+    ("debugging", "check_donated"): ("l3-fixed-step", "fixed_step donated leaves"),
+    ("debugging", "check_reuse_and_loop"): ("l3-fixed-step", "fixed_step buffer reuse and loop"),
+})
 # lessons 1, 2 and 4 (hidden/lessons.py's hand-overs; the kernel's checks are the cell's public ones)
 CHECKS.update({
     ("lessons", "hand_over_train_step"): ("l1-train-step", "train_step (lesson 1)"),
     ("lessons", "hand_over_apply_delta"): ("l2-apply-delta", "apply_delta (lesson 2)"),
     ("lessons", "hand_over_sgd_update"): ("l4-sgd-update", "sgd_update (lesson 4)"),
+    ("lessons", "hand_over_y_out"): ("l5-y-out", "y_out (lesson 5)"),
+    ("lessons", "hand_over_nan_message"): ("l5-find-nan", "find_nan's message (lesson 5)"),
 })
-# judged in the kernel only: Python-level behaviour (which buffers init_opt_state's leaves share; what
-# hunt_nans does to jax's config and train_step's cache) that no program shows
-KERNEL_ONLY = {("capstone", "check_untied"), ("capstone", "check_nan_hunt")}
+# Judged in the kernel only, with the reason: Python-level behaviour, or state of the learner's kernel, that no
+# program or value handed over shows. Keys: (hidden module, check) for a whole hidden check; ("lesson", grade id)
+# for a graded self-check of lessons 1 to 6, or the part of one, that the referee cannot judge.
+KERNEL_ONLY = {
+    ("capstone", "check_untied"): "which buffers init_opt_state's leaves share, in the kernel",
+    ("capstone", "check_nan_hunt"): "what hunt_nans does to jax's config and to train_step's cache",
+    ("lesson", "l1-q1-check"): "a request to donate grads too, which JAX drops with a warning (no mark in the "
+                               "program); the referee judges the rest",
+    ("lesson", "l3-bug-values"): "a request to donate the batch, which JAX drops with a warning (no mark in the "
+                                 "program); the referee judges the values",
+    ("lesson", "l4-q1-check"): "a request to donate grads too, which JAX drops with a warning; the referee judges "
+                               "the rest",
+    ("lesson", "l4-q2-check"): "untied_params: whether its leaves share one buffer in the kernel (its values are "
+                               "zeros either way)",
+    ("lesson", "l5-q1-check"): "y_in deleted, scale's cached program cleared and debug_nans off: state of the "
+                               "kernel; the referee judges y_out's value",
+    ("lesson", "l5-q2-check"): "how find_nan runs step (a new jax.jit, not op by op), that it leaves params "
+                               "undonated and debug_nans off, and its None on a healthy grad; the referee judges "
+                               "its message",
+    ("lesson", "l6-q1-check"): "shift_split needs 8 devices and sharded programs: not yet handed over",
+    ("lesson", "l6-q2-check"): "quiet_fixed needs 8 devices and sharded programs: not yet handed over",
+}
 
 
 def signature_key(answer: Answer, signature) -> str:

@@ -22,8 +22,24 @@ import numpy as np
 from donation_course.hidden.safe import close, device, live_count, momentum_reference
 
 from . import programs
-from .asks import APPLY_DELTA, CAPSTONE, CHECKS, EXERCISE, SGD_UPDATE, TRAIN_STEP, Answer, flat_specs, parse_spec, \
-    signature_key
+from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
+    ANSWERS,
+    APPLY_DELTA,
+    CAPSTONE,
+    CHECKS,
+    EXERCISE,
+    FIXED_STEP,
+    MAX_VALUE_BYTES,
+    NAN_MESSAGE,
+    SGD_UPDATE,
+    TRAIN_STEP,
+    VALUES,
+    Y_OUT,
+    Answer,
+    flat_specs,
+    parse_spec,
+    signature_key,
+)
 from .screen import Refused, screen
 from .verdict import FAIL, PASS, UNJUDGED, Verdict
 
@@ -82,6 +98,59 @@ class Programs:
             raise _Unjudged(f"the program of {self.answer.function} for {key} does not compile: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
         return program, kept, executable
+
+
+class Values:
+    """One set of values the kernel handed over (hand_over_values), read as untrusted data."""
+
+    DTYPES = ("float32", "float64", "int32", "bfloat16", "bool")
+
+    def __init__(self, answer: Answer, entry):
+        self.answer = answer
+        values = entry.get("values") if isinstance(entry, dict) else None
+        self.values = values if isinstance(values, dict) else {}
+
+    def _one(self, name: str) -> dict:
+        one = self.values.get(name)
+        if not isinstance(one, dict):
+            raise _Unjudged(f"the grader received no value of {name}.")
+        if "error" in one:
+            raise _Unjudged(f"{name} could not be handed over: {str(one['error'])[:300]}. {self.answer.spelled}.")
+        return one
+
+    def _other(self, name: str, one: dict):
+        kind = "None" if one.get("none") is True else str(one.get("type", "a value the grader cannot read"))[:60]
+        raise _Unjudged(f"{name} is {kind}. {self.answer.spelled}.")
+
+    def array(self, name: str) -> np.ndarray:
+        """A JAX array handed over as its dtype, shape and bytes."""
+        import base64
+        import binascii
+
+        one = self._one(name)
+        dtype, shape, data = one.get("dtype"), one.get("shape"), one.get("data")
+        if not (dtype in self.DTYPES and isinstance(shape, list) and all(isinstance(d, int) and 0 <= d for d in shape)
+                and isinstance(data, str) and len(data) <= 2 * MAX_VALUE_BYTES):
+            self._other(name, one)
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            self._other(name, one)
+        import ml_dtypes  # bfloat16, as jax names it
+
+        numpy_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+        if len(raw) != int(np.prod(shape, dtype=np.int64)) * numpy_dtype.itemsize:
+            self._other(name, one)
+        return np.frombuffer(raw, numpy_dtype).reshape(shape)
+
+    def text(self, name: str):
+        """A str handed over as its text; None when the kernel's value was None."""
+        one = self._one(name)
+        if one.get("none") is True:
+            return None
+        if not isinstance(one.get("text"), str):
+            self._other(name, one)
+        return one["text"]
 
 
 def call(loaded, arrays: list) -> list:
@@ -399,6 +468,149 @@ def l4_sgd_update(p: Programs) -> str:
                                      for k in ("b", "w")}, {"params"}, 104)
 
 
+# --- lesson 3: fixed_step(batch, params, opt_state), the debugging exercise ------------------------------------
+
+L3_LR, L3_BETA = 0.05, 0.5  # the setup cell's step_fn
+L3_BATCH = ("batch['x']", "batch['y']")
+L3_STATE = ("params['b']", "params['w']", "opt_state['m']['b']", "opt_state['m']['w']")  # jax's flat order
+L3_OUTPUTS = ("result[0]['b']", "result[0]['w']", "result[1]['m']['b']", "result[1]['m']['w']", "result[2]")
+
+
+def _l3_batch(rng):
+    x = rng.standard_normal((32, 4), dtype=np.float32)
+    y = rng.standard_normal((32,), dtype=np.float32)
+    return [device(x), device(y)], (x, y)
+
+
+def _l3_state(rng):
+    w, mw = rng.standard_normal(4, dtype=np.float32), rng.standard_normal(4, dtype=np.float32)
+    b, mb = rng.standard_normal((), dtype=np.float32), rng.standard_normal((), dtype=np.float32)
+    return [device(np.asarray(b).reshape(())), device(w), device(np.asarray(mb).reshape(())), device(mw)], \
+        (w, b, mw, mb)
+
+
+def _l3_step(loaded, batch: list, state: list) -> dict:
+    program = loaded[0]
+    outs = call(loaded, [*batch, *state])
+    names = tuple(program.result_names)
+    if sorted(names) != sorted(L3_OUTPUTS) or len(outs) != len(L3_OUTPUTS):
+        fail("its program's outputs are not (params, opt_state, loss) with step_fn's structure: "
+             f"{', '.join(n or '?' for n in names)[:200]}.")
+    return dict(zip(names, outs, strict=True))
+
+
+def _l3_values(out: dict, reference: tuple, when: str) -> None:
+    w, b, mw, mb, loss = reference
+    for name, value in zip(L3_OUTPUTS, (b, w, mb, mw, loss), strict=True):
+        got = host(out[name])
+        if not close(got, value):
+            said = name.replace("result[0]", "params").replace("result[1]", "opt_state").replace("result[2]", "loss")
+            fail(f"{when}, {said} is {got.round(5).tolist()}, expected "
+                 f"{np.asarray(value, 'float64').round(5).tolist()}.")
+
+
+def _l3_flags(loaded) -> list:
+    program, kept, _ = loaded
+    return [i in kept and program.donated[kept.index(i)] for i in range(len(L3_BATCH) + len(L3_STATE))]
+
+
+def l3_example(p: Programs) -> str:
+    loaded = p.get(FIXED_STEP.signatures[0])
+    rng = np.random.default_rng(31)
+    batch, (x, y) = _l3_batch(rng)
+    state, (w, b, mw, mb) = _l3_state(rng)
+    out = _l3_step(loaded, batch, state)
+    _l3_values(out, momentum_reference(w, b, mw, mb, x, y, L3_LR, L3_BETA), "after one step")
+    alive = [n for n, leaf in zip(L3_STATE, state, strict=True) if not leaf.is_deleted()]
+    if alive:
+        fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
+    if any(leaf.is_deleted() for leaf in batch):
+        fail("the batch was deleted by a step of its program.")
+    return "one step of its program gives the expected params, momentum and loss, and donates params and opt_state."
+
+
+def l3_values(p: Programs) -> str:
+    loaded = p.get(FIXED_STEP.signatures[0])
+    rng = np.random.default_rng(32)
+    state, (w, b, mw, mb) = _l3_state(rng)
+    for number in range(1, 4):
+        batch, (x, y) = _l3_batch(rng)
+        out = _l3_step(loaded, batch, state)
+        w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, L3_LR, L3_BETA)
+        _l3_values(out, (w, b, mw, mb, loss), f"after step {number}")
+        for name, leaf, values in zip(L3_BATCH, batch, (x, y), strict=True):
+            if leaf.is_deleted() or not close(host(leaf), values):
+                fail(f"{name} was deleted or changed by step {number} of its program.")
+        state = [out[n] for n in L3_OUTPUTS[:4]]
+    return "three chained steps of its program on fresh batches give the expected values and keep each batch."
+
+
+def l3_donated(p: Programs) -> str:
+    loaded = p.get(FIXED_STEP.signatures[0])
+    rng = np.random.default_rng(33)
+    batch, _ = _l3_batch(rng)
+    state, _ = _l3_state(rng)
+    flags = _l3_flags(loaded)
+    _l3_step(loaded, batch, state)
+    alive = [n for n, leaf in zip(L3_STATE, state, strict=True) if not leaf.is_deleted()]
+    if alive:
+        fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
+    if any(leaf.is_deleted() for leaf in batch) or any(flags[:2]):
+        fail("its program donates the batch.")
+    if not all(flags[2:]):
+        fail("its program does not donate every leaf of params and opt_state.")
+    return "its program donates the 4 leaves of params and opt_state and keeps the batch."
+
+
+def l3_reuse_and_loop(p: Programs, steps: int = 20) -> str:
+    loaded = p.get(FIXED_STEP.signatures[0])
+    rng = np.random.default_rng(34)
+    batch, _ = _l3_batch(rng)
+    state, _ = _l3_state(rng)
+    before = {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(L3_STATE, state, strict=True)}
+    out = _l3_step(loaded, batch, state)
+    if any(not leaf.is_deleted() for leaf in state):
+        fail("a leaf of params or opt_state is still alive after a step of its program: it was not donated.")
+    after = {leaf.unsafe_buffer_pointer() for leaf in out.values()}
+    lost = [n for n, pointer in before.items() if pointer not in after]
+    if lost:
+        fail(f"no output of its program reuses the buffer of {', '.join(lost)}.")
+    state = [out[n] for n in L3_OUTPUTS[:4]]
+    del out, batch
+    start, kept = live_count(), 0
+    for _ in range(steps):
+        batch, _ = _l3_batch(rng)
+        old = state
+        out = _l3_step(loaded, batch, state)
+        state = [out[n] for n in L3_OUTPUTS[:4]]
+        kept += sum(not leaf.is_deleted() for leaf in old)
+        del old, out, batch
+    end = live_count()
+    if kept or end > start:
+        fail(f"over {steps} steps on fresh batches, {kept} old leaves stayed alive after their step (arrays alive: "
+             f"{start} before, {end} after).")
+    return f"its program reuses every donated buffer, and over {steps} steps the number of arrays alive stayed {start}."
+
+
+# --- lesson 5: values ------------------------------------------------------------------------------------------
+
+def l5_y_out(v: Values) -> str:
+    y_out = v.array("y_out")
+    if y_out.shape != (2,) or not close(y_out, [3.0, 6.0]):
+        fail(f"y_out is {y_out.dtype}{list(y_out.shape)} {y_out.astype('float64').round(5).tolist()}, expected "
+             "[3.0, 6.0] (scale of [1.0, 2.0]).")
+    return "y_out is [3.0, 6.0]."
+
+
+def l5_nan_message(v: Values) -> str:
+    message = v.text("message")
+    if message is None:
+        fail("find_nan returned None on the negative grad: it found no NaN.")
+    if "sqrt" not in message:
+        fail(f"find_nan returned {message[:200]!r}, which does not name sqrt, where the NaN comes from.")
+    return "find_nan returned the error's message, which names sqrt."
+
+
 JUDGES = {
     "worked example": ex_example, "values": ex_values, "state is donated, delta is kept": ex_invalidation,
     "result reuses state's buffer": ex_real_donation, "training loop": ex_training_loop,
@@ -406,6 +618,9 @@ JUDGES = {
     "capstone buffer reuse": cap_reuse, "capstone training loop": cap_loop,
     "train_step (lesson 1)": l1_train_step, "apply_delta (lesson 2)": l2_apply_delta,
     "sgd_update (lesson 4)": l4_sgd_update,
+    "fixed_step worked example": l3_example, "fixed_step values and batch": l3_values,
+    "fixed_step donated leaves": l3_donated, "fixed_step buffer reuse and loop": l3_reuse_and_loop,
+    "y_out (lesson 5)": l5_y_out, "find_nan's message (lesson 5)": l5_nan_message,
 }
 
 
@@ -425,7 +640,7 @@ def judge(answer: Answer, handover) -> Iterator[Verdict]:
             yield Verdict(check, UNJUDGED, f"the grader received no program of {answer.function} for this check.")
             continue
         if index not in loaded:
-            loaded[index] = Programs(answer, sets[index])
+            loaded[index] = (Values if answer.kind == VALUES else Programs)(answer, sets[index])
         try:
             message = JUDGES[check](loaded[index])
         except _Fail as exc:
@@ -438,5 +653,3 @@ def judge(answer: Answer, handover) -> Iterator[Verdict]:
         else:
             yield Verdict(check, PASS, message)
 
-
-ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE, TRAIN_STEP, APPLY_DELTA, SGD_UPDATE)}  # noqa: F811
