@@ -291,6 +291,28 @@ FORGE = ("import donation_course.hidden.exercise as e, donation_course.hidden.ca
          "[setattr(p, n, lambda *a, **k: None) for n in dir(p) if n.startswith('expect')]")
 
 
+# lessons 1 and 4's self-checks answered wrong: no donation and wrong values; the forging kernel's public checks pass
+WRONG_TRAIN_STEP = "train_step = jax.jit(lambda params, grads: params * 0)\n"
+WRONG_SGD_UPDATE = "sgd_update = jax.jit(lambda params, grads: params)\n"
+
+
+def _lesson_copy(files, student: str, lesson: str, answer) -> None:
+    """The student's copy of a lesson: every answer cell as the solution answers it, but the graded one
+    (l1-q1, l4-q1) answered `answer` (None: as the solution does)."""
+    import nbformat
+    from nbgrader.utils import is_solution
+
+    from donation_course.course import NOTEBOOKS, SOLUTIONS, grade_id
+
+    solved = {grade_id(c): c.source for c in nbformat.read(SOLUTIONS / f"{lesson}.ipynb", as_version=4).cells
+              if is_solution(c)}
+    nb = nbformat.read(NOTEBOOKS / f"{lesson}.ipynb", as_version=4)
+    for c in nb.cells:
+        if is_solution(c):
+            c.source = answer if answer is not None and grade_id(c).endswith("-q1") else solved[grade_id(c)]
+    nbformat.write(nb, files / f"{student}_{lesson}.ipynb")
+
+
 @pytest.fixture(scope="module")
 def forged(tmp_path_factory, env, generated_course):
     from donation_course.corpus import capstone as capstone_corpus
@@ -322,6 +344,8 @@ def forged(tmp_path_factory, env, generated_course):
                 if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ex-answer":
                     cell["source"] = exercise_corpus.WRONG
         path.write_text(json.dumps(nb))
+        _lesson_copy(files, student, "01_why_donate", WRONG_TRAIN_STEP if keep[student] == "forged" else None)
+        _lesson_copy(files, student, "04_pytrees", WRONG_SGD_UPDATE if keep[student] == "forged" else None)
     grade(env, files, "--course", course, "--workers", "1", "--timeout", "300", "--cell-timeout", "30",
           "--no-progress")
     from donation_course.course import Course
@@ -356,12 +380,28 @@ def test_a_forging_kernel_gets_only_what_the_referee_computed_and_is_flagged(for
     assert float(row[exercise_corpus.EXERCISE]) == 0  # flagged: no automatic points until the instructor looks
 
 
+def test_a_forging_kernel_gets_only_what_the_referee_computed_for_a_lesson_self_check_and_is_flagged(forged):
+    rows, state = forged
+    row, summary = rows["cap-nodonate"], state.students["cap-nodonate"].summary
+    # the kernel's public checks were no-ops, so it claimed both points of each; the referee refuted them
+    assert summary.withheld["01_why_donate"]["l1-q1-check"] == 0, summary.withheld
+    assert summary.withheld["04_pytrees"]["l4-q1-check"] == 0, summary.withheld
+    assert summary.withheld["04_pytrees"]["l4-q2-check"] == 2  # untied_params: right, and the kernel's alone
+    assert "l1-q1-check: the kernel's check 'train_step (lesson 1)' passed, the referee's failed: for " \
+           "train_step(float32[3]) its program donates nothing" in row["reason"], row["reason"]
+    assert float(row["01_why_donate"]) == 0 and float(row["04_pytrees"]) == 0  # flagged: nothing until looked at
+
+
 def test_an_honest_neighbour_of_a_forging_kernel_gets_full_marks_unflagged(forged):
     from donation_course.corpus import exercise as exercise_corpus
 
     rows, _ = forged
     row = rows["cap-right"]
     assert row["status"] == "ok" and float(row[exercise_corpus.EXERCISE]) == exercise_corpus.MAX, row
+    from donation_course.course import COURSE
+
+    assert float(row["01_why_donate"]) == COURSE.points["01_why_donate"], row
+    assert float(row["04_pytrees"]) == COURSE.points["04_pytrees"], row
 
 
 @pytest.mark.parametrize("handover", [
