@@ -149,9 +149,10 @@ def name_process(name: bytes) -> None:
         pass
 
 
-def die_with_parent(parent: int, forked: dict[int, str]) -> None:
+def die_with_parent(parent: int, forked: dict[int, str]):
     """When the dask worker dies, however it dies (SIGTERM from PR_SET_PDEATHSIG): kill the grading
-    processes forked here, with their kernels, and remove their scratch folders, then exit."""
+    processes forked here, with their kernels, and remove their scratch folders, then exit. Returns that
+    ending, for the pipe's end: a killed worker's pipe can close before the signal comes."""
     import ctypes
 
     import psutil
@@ -173,6 +174,7 @@ def die_with_parent(parent: int, forked: dict[int, str]) -> None:
         pass
     if os.getppid() != parent:
         end()
+    return end
 
 
 def main(fd: int, parent: int) -> None:
@@ -181,7 +183,7 @@ def main(fd: int, parent: int) -> None:
     from .worker import make_api, serve  # noqa: F401  (imported here, once for all its forks)
 
     forked: dict[int, str] = {}  # grading process -> its scratch folder
-    die_with_parent(parent, forked)
+    end = die_with_parent(parent, forked)
     name_process(b"dl-zygote")
     import nbgrader.apps  # noqa: F401
     import nbgrader.converters  # noqa: F401
@@ -191,8 +193,8 @@ def main(fd: int, parent: int) -> None:
     while True:
         try:
             job, handle = conn.recv(), recv_handle(conn)
-        except (EOFError, OSError):
-            os._exit(0)
+        except (EOFError, OSError):  # the worker died, or let this zygote go: its grading processes go too
+            end()
         if threading.active_count() != 1:
             raise RuntimeError(f"the zygote runs {threading.active_count()} threads; it forks from one only")
         pid = os.fork()
