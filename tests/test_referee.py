@@ -98,7 +98,8 @@ def test_the_graded_notebooks_cells_map_to_the_referees_checks():
                        "l3-bug-check": "fixed_step worked example", "l3-bug-values": "fixed_step values and batch",
                        "l3-bug-donated": "fixed_step donated leaves", "l3-bug-loop": "fixed_step buffer reuse and loop",
                        "l4-q1-check": "sgd_update (lesson 4)", "l5-q1-check": "y_out (lesson 5)",
-                       "l5-q2-check": "find_nan's message (lesson 5)"}
+                       "l5-q2-check": "find_nan's message (lesson 5)", "l6-q1-check": "shift_split (lesson 6)",
+                       "l6-q2-check": "quiet_fixed (lesson 6)"}
 
 
 # --- screening -------------------------------------------------------------------------------------------------
@@ -606,3 +607,51 @@ def test_a_request_no_output_can_use_leaves_no_mark_so_it_is_the_kernels_to_judg
     both = jax.jit(lambda params, grads: params - 0.5 * grads, donate_argnums=(0, 1))
     assert set(_outcomes(asks.TRAIN_STEP, both).values()) == {PASS}
     assert ("lesson", "l1-q1-check") in asks.KERNEL_ONLY
+
+
+# --- lesson 6: sharded programs, judged on the referee's own 8 CPU devices ---------------------------------------
+
+L6_ANSWERS = '''
+import json, jax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from donation_course.grading.referee import asks, judge
+from donation_course.hidden import handover
+mesh = jax.make_mesh((8,), ("x",))
+split, replicated = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+auto_mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+auto_split, auto_replicated = NamedSharding(auto_mesh, P("x")), NamedSharding(auto_mesh, P())
+constrained = lambda s: (lambda v: jax.lax.with_sharding_constraint(2.0 * v, s))
+cases = {
+    "shift right": (asks.SHIFT_SPLIT, jax.jit(lambda v: v + 1.0, in_shardings=split, out_shardings=split,
+                                              donate_argnums=0)),
+    "shift no shardings": (asks.SHIFT_SPLIT, jax.jit(lambda v: v + 1.0, donate_argnums=0)),
+    "shift gathers": (asks.SHIFT_SPLIT, jax.jit(lambda v: v + 1.0, in_shardings=split, out_shardings=replicated,
+                                                donate_argnums=0)),
+    "shift keeps v": (asks.SHIFT_SPLIT, jax.jit(lambda v: v + 1.0, in_shardings=split, out_shardings=split)),
+    "shift wrong": (asks.SHIFT_SPLIT, jax.jit(lambda v: v + 2.0, in_shardings=split, out_shardings=split,
+                                              donate_argnums=0)),
+    "quiet right": (asks.QUIET_FIXED, jax.jit(constrained(auto_split), donate_argnums=0)),
+    "quiet replicated": (asks.QUIET_FIXED, jax.jit(constrained(auto_replicated), donate_argnums=0)),
+    "quiet no constraint": (asks.QUIET_FIXED, jax.jit(lambda v: 2.0 * v, donate_argnums=0)),
+}
+found = {}
+for name, (answer, fn) in cases.items():
+    handed = {"programs": [handover._entry(answer, fn)], "checks": {c: 0 for c in judge.checks_of(answer)}}
+    found[name] = {"answer": answer.name, "handover": handed,
+                   "in_process": [v.outcome for v in judge.judge(answer, handed)]}
+print("RESULT" + json.dumps(found))
+'''
+L6_EXPECTED = {"shift right": PASS, "shift no shardings": FAIL, "shift gathers": FAIL, "shift keeps v": FAIL,
+               "shift wrong": FAIL, "quiet right": PASS, "quiet replicated": FAIL, "quiet no constraint": FAIL}
+
+
+def test_lesson_6s_sharded_answers_are_judged_on_eight_devices_in_process_and_by_the_server(referee):
+    from helpers import result_on_eight_devices
+
+    found = result_on_eight_devices(L6_ANSWERS)
+    assert {name: case["in_process"] for name, case in found.items()} == \
+        {name: [outcome] for name, outcome in L6_EXPECTED.items()}
+    # the server's child asks for its 8 devices itself, before its backend starts (no XLA_FLAGS needed)
+    for name, case in found.items():
+        (verdict,) = referee.judge({case["answer"]: case["handover"]}).verdicts
+        assert verdict["outcome"] == L6_EXPECTED[name], (name, verdict)

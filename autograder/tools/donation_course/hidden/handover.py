@@ -46,6 +46,8 @@ from donation_course.hidden.safe import (
 
 _Shape = jax.ShapeDtypeStruct
 _b64encode = b64encode
+_make_mesh, _NamedSharding, _P, _Auto = jax.make_mesh, jax.sharding.NamedSharding, jax.sharding.PartitionSpec, \
+    jax.sharding.AxisType.Auto
 _dtypes = {"float32": jax.numpy.float32, "int32": jax.numpy.int32, "bfloat16": jax.numpy.bfloat16}
 _publish = publish_display_data
 
@@ -63,6 +65,9 @@ def _spec(spec):
     if isinstance(spec, dict):
         return {k: _spec(v) for k, v in spec.items()}
     dtype, shape = asks.parse_spec(spec)
+    if spec.endswith(asks.SPLIT):  # lesson 6's auto_split: made when handed over, in a kernel with 8 devices
+        mesh = _make_mesh((8,), ("x",), axis_types=(_Auto,))
+        return _Shape(shape, _dtypes[dtype], sharding=_NamedSharding(mesh, _P("x")))
     return _Shape(shape, _dtypes[dtype])
 
 

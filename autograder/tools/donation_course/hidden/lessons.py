@@ -15,7 +15,7 @@ exec_lines), before learner code, like the hidden checks.
 from donation_course.hidden.handover import hand_over, hand_over_values
 
 __all__ = ["hand_over_train_step", "hand_over_apply_delta", "hand_over_sgd_update", "hand_over_y_out",
-           "hand_over_nan_message"]
+           "hand_over_nan_message", "hand_over_shift_split", "hand_over_quiet_fixed"]
 
 
 def hand_over_train_step(train_step) -> None:
@@ -43,3 +43,13 @@ def hand_over_nan_message(message) -> None:
     """Lesson 5, Exercise 5.2 (l5-q2-check): what find_nan returned on the negative grad (how it ran the step,
     and what it left in jax's config, are the kernel's)."""
     hand_over_values("l5-find-nan", "find_nan's message (lesson 5)", {"message": message})
+
+
+def hand_over_shift_split(shift_split) -> None:
+    """Lesson 6, Exercise 6.1 (l6-q1-check)."""
+    hand_over("l6-shift-split", "shift_split (lesson 6)", shift_split)
+
+
+def hand_over_quiet_fixed(quiet_fixed) -> None:
+    """Lesson 6, Exercise 6.2 (l6-q2-check)."""
+    hand_over("l6-quiet-fixed", "quiet_fixed (lesson 6)", quiet_fixed)

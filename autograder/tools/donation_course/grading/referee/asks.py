@@ -35,6 +35,7 @@ class Answer:
     spelled: str       # how the shape it must have is said to the learner
     kind: str = PROGRAMS
     arguments: tuple = ()  # the learner function's parameter names (Call answers)
+    devices: int = 1       # the CPU devices its programs run on (lesson 6: 8)
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,12 @@ def flat_specs(call: Call, names: tuple) -> list:
     return flat + [leaf for name, spec in sorted(call.kwargs) for leaf in _leaves(name, spec)]
 
 
+SPLIT = "@x"  # a spec's suffix: laid out split along the axis "x" of an 8-device mesh of Auto axes (lesson 6)
+
+
 def parse_spec(spec: str) -> tuple:
-    """'float32[2,2]' -> ('float32', (2, 2))."""
-    dtype, dims = spec[:-1].split("[")
+    """'float32[2,2]' -> ('float32', (2, 2)); 'float32[16]@x' -> ('float32', (16,))."""
+    dtype, dims = spec.removesuffix(SPLIT)[:-1].split("[")
     return dtype, tuple(int(d) for d in dims.split(",") if d)
 
 
@@ -118,8 +122,19 @@ Y_OUT = Answer("l5-y-out", "y_out", "lessons", ("y_out",),
 NAN_MESSAGE = Answer("l5-find-nan", "find_nan", "lessons", ("message",),
                      "find_nan must return the text of the error (a str), as str(exc) gives it", kind=VALUES)
 
+# lesson 6: jax.jit functions over an 8-device mesh (split = P("x")), judged on the referee's 8 CPU devices
+SHIFT_SPLIT = Answer(  # shift_split(v) = v + 1, laid out as split in and out whatever the caller passes, v donated
+    "l6-shift-split", "shift_split", "lessons", (Call("float32[16]", ("float32[16]",)),),
+    "shift_split must be made by jax.jit, for example `shift_split = jax.jit(f, in_shardings=split, "
+    "out_shardings=split, donate_argnums=0)`: the grader reads the program a jax.jit function lowers to",
+    arguments=("v",), devices=8)
+QUIET_FIXED = Answer(  # quiet_fixed(v) = 2 v, constrained to the input's split layout, v donated
+    "l6-quiet-fixed", "quiet_fixed", "lessons", (Call("float32[16]@x", ("float32[16]@x",)),),
+    "quiet_fixed must be made by jax.jit, for example `quiet_fixed = jax.jit(f, donate_argnums=0)`: the grader "
+    "reads the program a jax.jit function lowers to", arguments=("v",), devices=8)
+
 ANSWERS = {a.name: a for a in (EXERCISE, CAPSTONE, TRAIN_STEP, APPLY_DELTA, SGD_UPDATE, FIXED_STEP, Y_OUT,
-                               NAN_MESSAGE)}
+                               NAN_MESSAGE, SHIFT_SPLIT, QUIET_FIXED)}
 
 # (hidden module, check function) -> (answer, the check's name as its ✔/✘ lines say it)
 CHECKS = {
@@ -147,6 +162,8 @@ CHECKS.update({
     ("lessons", "hand_over_sgd_update"): ("l4-sgd-update", "sgd_update (lesson 4)"),
     ("lessons", "hand_over_y_out"): ("l5-y-out", "y_out (lesson 5)"),
     ("lessons", "hand_over_nan_message"): ("l5-find-nan", "find_nan's message (lesson 5)"),
+    ("lessons", "hand_over_shift_split"): ("l6-shift-split", "shift_split (lesson 6)"),
+    ("lessons", "hand_over_quiet_fixed"): ("l6-quiet-fixed", "quiet_fixed (lesson 6)"),
 })
 # Judged in the kernel only, with the reason: Python-level behaviour, or state of the learner's kernel, that no
 # program or value handed over shows. Keys: (hidden module, check) for a whole hidden check; ("lesson", grade id)
@@ -167,8 +184,6 @@ KERNEL_ONLY = {
     ("lesson", "l5-q2-check"): "how find_nan runs step (a new jax.jit, not op by op), that it leaves params "
                                "undonated and debug_nans off, and its None on a healthy grad; the referee judges "
                                "its message",
-    ("lesson", "l6-q1-check"): "shift_split needs 8 devices and sharded programs: not yet handed over",
-    ("lesson", "l6-q2-check"): "quiet_fixed needs 8 devices and sharded programs: not yet handed over",
 }
 
 

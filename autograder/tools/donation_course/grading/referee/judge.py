@@ -93,7 +93,10 @@ class Programs:
             raise _Unjudged(f"the hand-over of {self.answer.function} for {key} does not say which arguments "
                             "its program takes.")
         try:
-            executable = programs.compile_program(program.text)
+            if program.partitions > 1:
+                executable = programs.compile_sharded(program.text, program.partitions)
+            else:
+                executable = programs.compile_program(program.text)
         except Exception as exc:
             raise _Unjudged(f"the program of {self.answer.function} for {key} does not compile: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
@@ -611,6 +614,58 @@ def l5_nan_message(v: Values) -> str:
     return "find_nan returned the error's message, which names sqrt."
 
 
+# --- lesson 6: sharded programs on the referee's 8 CPU devices ----------------------------------------------
+
+SPLIT = "{devices=[8]<=[8]}"  # split = NamedSharding(mesh of 8, P("x")), as XLA writes it
+
+
+def _l6_run(p: Programs, values: np.ndarray) -> tuple:
+    """(its input, its output, input and output shardings as compiled) for one call on the referee's values."""
+    loaded = p.get(p.answer.signatures[0])
+    program, kept, executable = loaded
+    if program.partitions != 8 or kept != [0]:
+        fail(f"its program runs on {program.partitions} device(s), not laid out over the mesh's 8 devices."
+             if program.partitions != 8 else "its program does not read v.")
+    if program.inputs[0].shape != (16,) or program.inputs[0].dtype != "float32":
+        fail(f"its program's argument is {program.inputs[0]}, but v is float32[16].")
+    ins, outs = programs.shardings(executable)
+    v = programs.put_sharded(values, executable, 0, 8)
+    try:
+        (out,) = programs.run_sharded(executable, [v], [t.shape for t in program.outputs], 8)
+    except ValueError:
+        fail(f"its program returns {len(program.outputs)} arrays, expected one.")
+    except Exception as exc:
+        raise _Unjudged(f"the program failed when run: {str(exc).splitlines()[0][:200] if str(exc) else exc}") \
+            from None
+    return program, v, out, ins[0], outs[0]
+
+
+def l6_shift_split(p: Programs) -> str:
+    values = np.random.default_rng(61).standard_normal(16).astype(np.float32)
+    _program, v, out, given, made = _l6_run(p, values)
+    if not close(host(out), values + 1.0):
+        fail(f"shift_split(v) is {host(out).round(5).tolist()}, expected v + 1.")
+    if given != SPLIT or made != SPLIT:
+        fail(f"compiled for any float32[16], its input is laid out as {given} and its output as {made}; both must be "
+             f"split along 'x' ({SPLIT}), whatever the caller passes.")
+    if not v.is_deleted():
+        fail("the input is still alive after the call: its program does not donate v.")
+    return "its program adds 1, lays its input and output out as split, and donates v."
+
+
+def l6_quiet_fixed(p: Programs) -> str:
+    values = np.random.default_rng(62).standard_normal(16).astype(np.float32)
+    program, v, out, given, made = _l6_run(p, values)
+    if not close(host(out), 2.0 * values):
+        fail(f"quiet_fixed(v) is {host(out).round(5).tolist()}, expected 2 * v.")
+    if "sdy.sharding_constraint" not in program.operations:
+        fail("its program has no with_sharding_constraint, which the exercise keeps.")
+    if not v.is_deleted():
+        fail(f"the input is still alive after the call: its output is laid out as {made}, its input as {given}, so "
+             "the donation was not used.")
+    return "its program doubles v under a sharding constraint that keeps the input's layout, and donates v."
+
+
 JUDGES = {
     "worked example": ex_example, "values": ex_values, "state is donated, delta is kept": ex_invalidation,
     "result reuses state's buffer": ex_real_donation, "training loop": ex_training_loop,
@@ -621,6 +676,7 @@ JUDGES = {
     "fixed_step worked example": l3_example, "fixed_step values and batch": l3_values,
     "fixed_step donated leaves": l3_donated, "fixed_step buffer reuse and loop": l3_reuse_and_loop,
     "y_out (lesson 5)": l5_y_out, "find_nan's message (lesson 5)": l5_nan_message,
+    "shift_split (lesson 6)": l6_shift_split, "quiet_fixed (lesson 6)": l6_quiet_fixed,
 }
 
 
@@ -630,6 +686,11 @@ def checks_of(answer: Answer) -> list:
 
 def judge(answer: Answer, handover) -> Iterator[Verdict]:
     """One Verdict per check of `answer`, from the kernel's hand-over (a dict, or None when none came)."""
+    if answer.devices > 1:  # before the backend starts (the server's child); no effect once it has
+        try:
+            programs.set_cpu_devices(answer.devices)
+        except Exception:
+            pass  # the backend is up with fewer devices: a sharded program then does not compile (unjudged)
     handover = handover if isinstance(handover, dict) else {}
     sets = handover.get("programs") if isinstance(handover.get("programs"), list) else []
     assigned = handover.get("checks") if isinstance(handover.get("checks"), dict) else {}

@@ -5,7 +5,9 @@ JAX has no public way to compile a program handed over as text (jax.export
 runs a program only inside a jit of its own, which decides donation itself,
 so it could not show what the learner's program donates). Each function
 here is guarded by tests/test_upstream_private_apis.py: after a JAX upgrade,
-that test names what to re-check.
+that test names what to re-check; the sharded ones (lesson 6: compile_sharded,
+shardings, put_sharded, run_sharded, set_cpu_devices) by test_referee.py's
+lesson 6 test, which runs them in-process on 8 devices and in the server's child.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from jax._src.interpreters import mlir  # private: guarded by the canary
 from jax._src.lib import xla_client  # private: guarded by the canary
 from jax._src.lib.mlir import ir  # private: guarded by the canary
 
-__all__ = ["ir", "parse", "compile_program", "run", "alias_bytes", "memory_bytes", "kept_inputs"]
+__all__ = ["ir", "parse", "compile_program", "run", "alias_bytes", "memory_bytes", "kept_inputs", "set_cpu_devices",
+           "compile_sharded", "shardings", "put_sharded", "run_sharded"]
 
 
 def parse(text: str) -> tuple:
@@ -59,3 +62,53 @@ def kept_inputs(lowered) -> list:
     """Which of a jax.jit lowering's flat arguments its program takes (jit drops unused ones, and the
     text does not say which): read in the grading kernel, handed over with the program."""
     return sorted(int(i) for i in lowered._lowering.compile_args["kept_var_idx"])
+
+
+def set_cpu_devices(n: int) -> None:
+    """Ask for n CPU devices; only before the backend starts (the referee's child, before its first array)."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", n)
+
+
+def _devices(n: int):
+    return xla_client.DeviceList(tuple(_cpu().devices()[:n]))
+
+
+def compile_sharded(text: str, n: int):
+    """A program lowered for n partitions (mhlo.num_partitions), compiled SPMD on the first n CPU devices, as
+    jax.jit compiles a sharded function."""
+    import numpy as np
+
+    devices = _devices(n)
+    if len(devices) != n:
+        raise RuntimeError(f"the grader has {len(devices)} CPU devices, not {n}")
+    options = compiler.get_compile_options(num_replicas=1, num_partitions=n,
+                                           device_assignment=np.arange(n).reshape(1, n))
+    options.executable_build_options.use_spmd_partitioning = True
+    return _cpu().compile_and_load(text, executable_devices=devices, compile_options=options)
+
+
+def shardings(executable) -> tuple:
+    """([input sharding], [output sharding]) as XLA compiled them, as HloSharding text ('{devices=[8]<=[8]}')."""
+    return ([str(xla_client.HloSharding.from_proto(s)) for s in executable.get_parameter_shardings()],
+            [str(xla_client.HloSharding.from_proto(s)) for s in executable.get_output_shardings()])
+
+
+def put_sharded(values, executable, i: int, n: int):
+    """values laid out over the n devices as the executable's argument i is."""
+    import jax
+    from jax._src.sharding_impls import GSPMDSharding  # private: guarded by the canary
+
+    return jax.device_put(values, GSPMDSharding(_devices(n), executable.get_parameter_shardings()[i]))
+
+
+def run_sharded(executable, arrays: list, shapes: list, n: int) -> list:
+    """Run it on arrays laid out as its arguments are; its outputs (of these shapes), one global JAX array each,
+    laid out as it compiled them. Donated inputs are deleted by the run, as with jax.jit."""
+    import jax
+    from jax._src.sharding_impls import GSPMDSharding  # private: guarded by the canary
+
+    results = executable.execute_sharded(list(arrays)).disassemble_into_single_device_arrays()
+    return [jax.make_array_from_single_device_arrays(tuple(shape), GSPMDSharding(_devices(n), sharding), shards)
+            for shape, sharding, shards in zip(shapes, executable.get_output_shardings(), results, strict=True)]

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from .asks import MAX_PROGRAM_CHARS
 from .programs import ir, parse
 
-ALLOWED_DIALECTS = ("stablehlo.", "chlo.", "func.", "sdy.mesh")  # sdy.mesh: a declaration only
+# sdy.mesh: a declaration only; sdy.sharding_constraint: a layout, no computation (lesson 6's quiet_fixed)
+ALLOWED_DIALECTS = ("stablehlo.", "chlo.", "func.", "sdy.mesh", "sdy.sharding_constraint")
 DENIED_OPS = {"stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
               "stablehlo.recv", "stablehlo.create_token", "stablehlo.after_all"}
 MAX_ELEMENTS = 1 << 23      # one tensor: 32 MiB of float32
 MAX_OPERATIONS = 20000
+MAX_PARTITIONS = 8          # lesson 6's mesh
 BITS = {"f64": 64, "f32": 32, "bf16": 16, "f16": 16, "i64": 64, "ui64": 64, "i32": 32, "ui32": 32, "i16": 16,
         "ui16": 16, "i8": 8, "ui8": 8, "i1": 8, "complex<f32>": 64, "complex<f64>": 128}
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "i32": "int32", "f64": "float64", "f16": "float16",
@@ -49,6 +51,8 @@ class Program:
     donors: tuple        # per argument: marked jax.buffer_donor (donated, to any output)
     outputs: tuple       # Tensor per flat result
     result_names: tuple  # jax.result_info per result ("result[0]['w']"), "" when absent
+    operations: tuple = ()  # the name of every operation, in order
+    partitions: int = 1  # mhlo.num_partitions: a sharded program runs on that many devices
 
     @property
     def donated(self) -> tuple:
@@ -111,8 +115,14 @@ def screen(text) -> Program:
         context, module = parse(text)
     except Exception as exc:
         raise Refused(f"the program does not parse as StableHLO ({str(exc).splitlines()[0][:200]})") from None
+    seen = []
     with context:
-        _walk(module.operation, [])
+        _walk(module.operation, seen)
+        attrs = module.operation.attributes
+        partitions = int(ir.IntegerAttr(attrs["mhlo.num_partitions"]).value) \
+            if "mhlo.num_partitions" in attrs else 1
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise Refused(f"the program asks for {partitions} partitions; the grader runs at most {MAX_PARTITIONS}")
         mains = [op.operation for op in module.body.operations if op.operation.name == "func.func"
                  and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main"]
         if len(mains) != 1:
@@ -133,7 +143,7 @@ def screen(text) -> Program:
     for alias in aliases:
         if alias is not None and not 0 <= alias < len(outputs):
             raise Refused("the program aliases an input to an output it does not have")
-    return Program(text, inputs, tuple(aliases), tuple(donors), outputs, names)
+    return Program(text, inputs, tuple(aliases), tuple(donors), outputs, names, tuple(seen), partitions)
 
 
 def _dicts(func, name: str, n: int) -> list:
