@@ -18,6 +18,7 @@ from pathlib import Path
 from ..course import load_config
 from .audit_log import read_audit
 from .messages import cell_messages, diagnose, died_at_startup
+from .referee.student import close as close_referee
 from .referee.student import prepare as prepare_referee
 from .referee.student import referee_student
 from .result import CellGrade, Comment, NotebookResult, StudentResult
@@ -255,17 +256,20 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
     os.chdir(course)
     api = make_api(course, Path(job.db), job.cell_timeout)
     conn.send(("ready", None))
-    while True:
-        try:
-            student = conn.recv()
-        except EOFError:
-            return
-        if student is None:
-            return
-        try:
-            ensure_folders(job)
-            conn.send(("done", grade_one(api, course, job.assignment, student, Path(job.tmp))))
-        except Exception:
-            conn.send(("done", StudentResult.failed(
-                student, "the grader itself failed on this submission; your instructor has the full log "
-                "(nothing you submitted was lost)", log=traceback.format_exc())))
+    try:
+        while True:
+            try:
+                student = conn.recv()
+            except EOFError:
+                return
+            if student is None:
+                return
+            try:
+                ensure_folders(job)
+                conn.send(("done", grade_one(api, course, job.assignment, student, Path(job.tmp))))
+            except Exception:
+                conn.send(("done", StudentResult.failed(
+                    student, "the grader itself failed on this submission; your instructor has the full log "
+                    "(nothing you submitted was lost)", log=traceback.format_exc())))
+    finally:
+        close_referee()  # its server and scratch folder (a forked worker ends without atexit)

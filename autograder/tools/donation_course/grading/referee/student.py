@@ -21,6 +21,8 @@ _REFEREE: list = []  # this worker process's referee, made on first use
 
 
 def referee() -> Referee:
+    if _REFEREE and _REFEREE[0].owner != os.getpid():  # a forked child's copy of its parent's: not this one's
+        _REFEREE.clear()
     if not _REFEREE:
         from ..settings import KERNEL_SETTINGS_ENV, KernelSettings
 
@@ -29,6 +31,13 @@ def referee() -> Referee:
         _REFEREE.append(Referee(sandbox=settings.sandbox if settings else False,
                                 memory_mb=settings.memory_mb if settings else 3072))
     return _REFEREE[0]
+
+
+def close() -> None:
+    """This process's referee stopped and its scratch folder removed (the worker's shutdown; atexit does it too,
+    but a forked worker ends without atexit)."""
+    if _REFEREE and _REFEREE[0].owner == os.getpid():
+        _REFEREE.pop().close()
 
 
 def prepare() -> None:
