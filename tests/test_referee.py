@@ -257,6 +257,26 @@ def test_an_endless_loop_is_stopped_at_the_time_limit_and_the_next_answer_is_jud
 
 
 @pytest.mark.slow
+def test_answers_share_a_child_and_one_stopped_at_its_limit_leaves_the_next_its_own_time(referee):
+    def endless(s, d):
+        return jax.lax.while_loop(lambda c: c[0] > -1.0, lambda c: (c[0] + 1.0, c[1] + 1.0),
+                                  (jnp.float32(0), s))[1] + d
+
+    judged = referee.judge({"exercise": _handover(asks.EXERCISE, jax.jit(endless, donate_argnums=0)),
+                            "capstone": _handover(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1)))})
+    verdicts = {v["check"]: v for v in judged.verdicts}
+    assert set(verdicts) == set(EXERCISE_CHECKS) | set(CAPSTONE_CHECKS)
+    assert all(verdicts[c]["outcome"] == UNJUDGED and "after 8 s" in verdicts[c]["message"] for c in EXERCISE_CHECKS)
+    assert {verdicts[c]["outcome"] for c in CAPSTONE_CHECKS} == {PASS}
+    # and the other way round: an honest answer first, judged, then the endless one stopped
+    judged = referee.judge({"capstone": _handover(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1))),
+                            "exercise": _handover(asks.EXERCISE, jax.jit(endless, donate_argnums=0))})
+    verdicts = {v["check"]: v for v in judged.verdicts}
+    assert {verdicts[c]["outcome"] for c in CAPSTONE_CHECKS} == {PASS}
+    assert {verdicts[c]["outcome"] for c in EXERCISE_CHECKS} == {UNJUDGED}
+
+
+@pytest.mark.slow
 def test_a_huge_allocation_is_refused_or_capped_and_the_next_answer_is_judged(referee):
     huge = _judge(referee, jax.jit(lambda s, d: jnp.broadcast_to(s[:1], (1 << 31,)).sum() + d, donate_argnums=0))
     assert "over the grader's cap" in huge["worked example"]["message"]
@@ -655,3 +675,32 @@ def test_lesson_6s_sharded_answers_are_judged_on_eight_devices_in_process_and_by
     for name, case in found.items():
         (verdict,) = referee.judge({case["answer"]: case["handover"]}).verdicts
         assert verdict["outcome"] == L6_EXPECTED[name], (name, verdict)
+
+
+def test_a_point_needs_both_verdicts_and_says_what_the_referee_judged(tmp_path):
+    from types import SimpleNamespace
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from donation_course.grading.referee.combine import apply
+
+    grades = {gid: SimpleNamespace(max_score=2.0, auto_score=score)
+              for gid, score in (("l1-q1-check", 2.0), ("l5-q1-check", 2.0), ("l2-q1-check", 0.0))}
+    gradebook = SimpleNamespace(find_grade=lambda gid, *_: grades[gid], db=SimpleNamespace(commit=lambda: None))
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("x", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+                                       for gid in grades]), path)
+    verdicts = [{"check": "train_step (lesson 1)", "outcome": FAIL, "message": "it donates nothing."},
+                {"check": "y_out (lesson 5)", "outcome": UNJUDGED, "message": "y_out is list."},
+                {"check": "apply_delta (lesson 2)", "outcome": FAIL, "message": "it donates delta."}]
+    cells = {"nb": [("l1-q1-check", "l1-train-step", "train_step (lesson 1)"),
+                    ("l5-q1-check", "l5-y-out", "y_out (lesson 5)"),
+                    ("l2-q1-check", "l2-apply-delta", "apply_delta (lesson 2)")]}
+    flags = apply(verdicts, cells, gradebook, {"nb": path}, "a", "s")
+    # the kernel's pass refuted: lost and flagged; not judged: lost, unflagged; the kernel's failure: its own
+    assert [f.cell for f in flags] == ["l1-q1-check"] and "it donates nothing" in flags[0].reason
+    assert {gid: g.auto_score for gid, g in grades.items()} == {"l1-q1-check": 0, "l5-q1-check": 0, "l2-q1-check": 0}
+    said = [c.outputs[-1]["evalue"] if c.outputs else "" for c in nbformat.read(path, as_version=4).cells]
+    assert said[0].endswith("(judged by the grader on the program your function compiles to)")
+    assert said[1].endswith("(judged by the grader on the value your cell handed over)") and said[2] == ""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .asks import CHECKS
+from .asks import ANSWERS, CHECKS, VALUES
 from .verdict import FAIL, PASS
 
 _IMPORT = re.compile(r"import\s+donation_course\.hidden\.(\w+)\s+as\s+(\w+)")
@@ -77,7 +77,7 @@ def apply(verdicts: list, cells: dict, gradebook, autograded: dict, assignment: 
     flags = []
     for notebook, judged in cells.items():
         lost = {}
-        for grade_id, _answer, check in judged:
+        for grade_id, answer, check in judged:
             verdict = by_check.get(check)
             if verdict is None or verdict["outcome"] == PASS:
                 continue
@@ -88,7 +88,9 @@ def apply(verdicts: list, cells: dict, gradebook, autograded: dict, assignment: 
             if grade.max_score is None or (grade.auto_score or 0) < grade.max_score:
                 continue  # the kernel failed it: its own message stands
             grade.auto_score = 0.0
-            lost[grade_id] = f"\u2718 {check}: {verdict['message']}"
+            judged_on = "the value your cell handed over" if ANSWERS[answer].kind == VALUES \
+                else "the program your function compiles to"
+            lost[grade_id] = f"\u2718 {check}: {verdict['message']} (judged by the grader on {judged_on})"
             if verdict["outcome"] == FAIL:
                 flags.append(RefereeFlag(notebook, grade_id,
                                          f"the kernel's check '{check}' passed, the referee's failed: "
@@ -111,6 +113,6 @@ def _note_in_notebook(nbformat, path, lost: dict) -> None:
         if message:
             cell.setdefault("outputs", []).append(nbformat.v4.new_output(
                 "error", ename="HiddenCheckFailed",
-                evalue=message + " (judged by the grader on the program your function compiles to)",
+                evalue=message,
                 traceback=[]))
     nbformat.write(nb, path)
