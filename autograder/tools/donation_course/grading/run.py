@@ -92,6 +92,7 @@ class Run:
         self.extensions = None  # extensions.csv (deadlines.py), read with the input
         self.merged: list[str] = []  # the students whose result is in the gradebook, in order
         self.phases: dict[str, float] = {}  # seconds per step of the run: logs/timings.json
+        self.details: dict[str, float] = {}  # seconds of parts of a step (prepare's), beside them there
 
     @contextlib.contextmanager
     def timed(self, phase: str):
@@ -111,7 +112,8 @@ class Run:
         handed to a worker) apart: logs/timings.json, read by benchmarks/bench_grading.py."""
         setup = self.setup_seconds()
         write_atomic(self.out / "logs" / "timings.json",
-                     json.dumps({**self.phases, "setup": round(setup, 3), "students": len(self.gradable)}, indent=1))
+                     json.dumps({**self.phases, **self.details, "setup": round(setup, 3),
+                                 "students": len(self.gradable)}, indent=1))
 
     def collect(self, workdir: Path) -> None:
         """Find every submission (before nbgrader runs: bad input fails in a moment)."""
@@ -126,8 +128,18 @@ class Run:
             say(f"problem: {line}")
         self.extensions = read_extensions(self.course)  # a malformed row stops the run here, too
 
+    def handed_in(self) -> set[str]:
+        """The notebooks this run's students handed in (those named with --student, else everyone's)."""
+        students = self.found.students
+        chosen = self.request.students or students
+        return {nb for sid in chosen for nb in students.get(sid, {})}
+
     def prepare(self) -> None:
-        self.state = prepare(self.course, self.out, say, compile_cache=self.settings.compile_cache)
+        # the compile cache gets the programs of the notebooks graded now (a later run adds others)
+        parts: dict[str, float] = {}
+        self.state = prepare(self.course, self.out, say, compile_cache=self.settings.compile_cache,
+                             notebooks=self.handed_in(), phases=parts)
+        self.details = {f"prepare.{k}": v for k, v in parts.items()}
         self.facts = assignment_facts(self.course)
         self.deadline = Deadline(penalty_plugin(self.course), self.extensions)
 
