@@ -207,3 +207,28 @@ def test_referee_compiles_and_runs_a_handed_over_program():
     state = jax.device_put(np.ones(4, np.float32))
     programs.run(plain, [state, jax.device_put(np.ones(4, np.float32))])
     assert programs.alias_bytes(plain) == 0 and not state.is_deleted(), where
+
+
+def test_referee_memo_serializes_and_loads_a_compiled_program():
+    # donation_course/grading/referee/compiled.py keeps what a referee child compiled for the next students
+    # (jax 0.12.0.1): the CPU client's serialize_executable(LoadedExecutable) -> bytes and
+    # deserialize_executable(bytes, DeviceList, compile_options) -> LoadedExecutable, as jax's persistent
+    # compilation cache uses them; the loaded executable keeps its input-output aliases (donation).
+    import jax
+    import numpy as np
+
+    from donation_course.grading.referee import compiled, programs
+    from donation_course.hidden.safe import device
+
+    where = (f"grading/referee/compiled.py uses jax internals as in jax 0.12.0.1, this is {_version(jax)}: "
+             "re-check serialize and load")
+    assert _version(jax) == "0.12.0.1", where
+    spec = jax.ShapeDtypeStruct((4,), np.float32)
+    text = jax.jit(lambda s, d: s + d, donate_argnums=0).lower(spec, spec).as_text()
+    loaded = compiled.load(compiled.serialize(programs.compile_program(text)))
+    assert programs.alias_bytes(loaded) == 16, where
+    state = device(np.arange(4, dtype=np.float32))
+    pointer = state.unsafe_buffer_pointer()
+    (out,) = programs.run(loaded, [state, jax.device_put(np.ones(4, np.float32))])
+    assert np.asarray(out).tolist() == [1.0, 2.0, 3.0, 4.0], where
+    assert state.is_deleted() and out.unsafe_buffer_pointer() == pointer, where

@@ -2,13 +2,21 @@
 judges the hand-overs the worker sends (client.py) without ever running
 learner code.
 
-It imports JAX once (without starting a backend), then for each answer forks
-a child: the child caps its address space and CPU time, starts the CPU
-backend and runs judge.judge, writing one verdict per line to a pipe; the
-server stops a child that runs past the wall-clock limit. So a hostile
-program can at worst end its own child: the verdicts it had already given
-stand, the rest are "unjudged" with the cap that stopped it, and the next
-answer and the next student go on.
+It imports JAX once (without starting a backend), then for each student
+forks one child for all the answers: the child caps its address space and
+CPU time, starts the CPU backend and runs judge.judge on each answer in
+turn, writing one verdict per line to a pipe and a line after each answer;
+the server stops a child that runs past an answer's wall-clock limit (each
+answer has its own, from when the child began it). So a hostile program
+can at worst end its own child: the verdicts it had already given stand,
+the rest of its answer's are "unjudged" with the cap that stopped it, and
+the next answer (in a fresh child) and the next student go on. Answers on
+another number of CPU devices (lesson 6's 8) get a child of their own,
+since the count is set before a child's backend starts. The child freezes
+what it inherited (gc.freeze), so the loop checks' full garbage
+collections walk only what the judging made, not JAX's modules. The server
+keeps what its children compiled (compiled.py): the next student's honest
+answer, the same program, is loaded, not compiled again.
 
 Protocol (stdin, stdout; one JSON object per line): request
 {"answers": {name: hand-over or null}, "seconds": s, "memory_mb": m};
@@ -16,6 +24,7 @@ reply {"verdicts": [{check, outcome, message}...], "seconds": wall time}.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -23,6 +32,8 @@ import select
 import signal
 import sys
 import time
+
+from .compiled import Memo
 
 
 def _drop_root() -> None:
@@ -33,6 +44,9 @@ def _drop_root() -> None:
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+
+
+MEMO = Memo()  # programs compiled by this server's children (compiled.py), kept for the next students'
 
 
 def _die_with_parent() -> None:
@@ -47,19 +61,26 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _child(answer, handover, write_fd: int, seconds: int, memory_mb: int) -> None:
-    """In the forked child: caps, then the verdicts, one line each. Never returns."""
+def _child(answers: list, write_fd: int, seconds: int, memory_mb: int) -> None:
+    """In the forked child: caps, then each answer's verdicts, one line each, and a line {"done": i} after
+    answer i. Never returns."""
     code = 0
     try:
         _die_with_parent()  # a server that goes takes its child along
+        gc.freeze()  # what the server imported is never garbage: the loop checks' full collections skip it
         if memory_mb > 0:
             resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-        resource.setrlimit(resource.RLIMIT_CPU, (seconds + 1, seconds + 2))
+        cpu = seconds * len(answers) + 1  # each answer's wall-clock limit is the server's to keep
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        from .compiled import install
         from .judge import judge
 
-        for verdict in judge(answer, handover):
-            os.write(write_fd, (json.dumps(verdict.to_dict()) + "\n").encode())
+        install(MEMO.blobs, lambda item: os.write(write_fd, (json.dumps(item) + "\n").encode()))
+        for i, (answer, handover) in enumerate(answers):
+            for verdict in judge(answer, handover):
+                os.write(write_fd, (json.dumps(verdict.to_dict()) + "\n").encode())
+            os.write(write_fd, (json.dumps({"done": i}) + "\n").encode())
     except MemoryError:
         code = 3
     except BaseException:
@@ -67,51 +88,89 @@ def _child(answer, handover, write_fd: int, seconds: int, memory_mb: int) -> Non
     os._exit(code)
 
 
-def judge_in_child(answer, handover, seconds: int, memory_mb: int) -> list:
-    """The verdicts of one answer, judged in a capped child; those it did not reach are unjudged."""
-    from .judge import checks_of
-    from .verdict import UNJUDGED, Verdict
+def _why(status: int, stopped: bool, seconds: int, memory_mb: int) -> str:
+    if stopped:
+        return (f"the grader stopped its program after {seconds} s (its time limit): it may loop without end or "
+                "take far too long")
+    if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 3:
+        return (f"the grader could not run its program within its caps ({memory_mb} MiB of memory, {seconds} s): "
+                "it stopped the grader's process")
+    if os.WEXITSTATUS(status) != 0:
+        return "the grader could not run its program (it stopped the grader's process)"
+    return "the grader could not judge it"
 
+
+def _one_child(answers: list, verdicts: list, seconds: int, memory_mb: int) -> tuple[int, str]:
+    """Judge `answers` in order in one capped child, appending each one's verdicts to verdicts[i]; each answer
+    has `seconds` of wall-clock time from when the child began it. Returns (how many answers it finished, why it
+    stopped before the next one: "" when it finished them all)."""
+    from .compiled import keys_of
+    from .verdict import Verdict
+
+    sent = set().union(*(keys_of(handover) for _, handover in answers))  # the memo keeps only these texts' programs
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(answer, handover, write_fd, seconds, memory_mb)
+        _child(answers, write_fd, seconds, memory_mb)
     os.close(write_fd)
-    deadline, data, stopped = time.monotonic() + seconds, b"", False
-    while True:
+    deadline, pending, finished, stopped = time.monotonic() + seconds, b"", 0, False
+    while finished < len(answers):
         left = deadline - time.monotonic()
         if left <= 0:
             os.kill(pid, signal.SIGKILL)
             stopped = True
             break
-        ready, _, _ = select.select([read_fd], [], [], left)
-        if ready:
-            chunk = os.read(read_fd, 65536)
-            if not chunk:
-                break
-            data += chunk
+        if not select.select([read_fd], [], [], left)[0]:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            try:
+                item = json.loads(line.decode(errors="replace"))
+                if isinstance(item, dict) and "compiled" in item:
+                    MEMO.offer(item, sent)
+                elif isinstance(item, dict) and set(item) == {"done"}:
+                    finished += 1
+                    deadline = time.monotonic() + seconds  # the next answer's own time
+                else:
+                    verdicts[finished].append(Verdict.from_dict(item))
+            except (ValueError, KeyError, TypeError, IndexError):
+                pass  # a line cut by the kill
     os.close(read_fd)
+    if finished < len(answers) and not stopped:
+        os.kill(pid, signal.SIGKILL)  # (it ended its pipe, so it is ending anyway)
     _, status = os.waitpid(pid, 0)
-    verdicts = []
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            verdicts.append(Verdict.from_dict(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
-            pass  # a line cut by the kill
-    if stopped:
-        why = (f"the grader stopped its program after {seconds} s (its time limit): it may loop without end or "
-               "take far too long")
-    elif os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 3:
-        why = (f"the grader could not run its program within its caps ({memory_mb} MiB of memory, {seconds} s): "
-               "it stopped the grader's process")
-    elif os.WEXITSTATUS(status) != 0:
-        why = "the grader could not run its program (it stopped the grader's process)"
-    else:
-        why = "the grader could not judge it"
-    done = {v.check for v in verdicts}
-    verdicts += [Verdict(check, UNJUDGED, why + ".") for check in checks_of(answer) if check not in done]
+    if finished == len(answers):
+        return finished, ""
+    return finished, _why(status, stopped, seconds, memory_mb) + "."
+
+
+def judge_in_children(answers: list, seconds: int, memory_mb: int) -> list:
+    """[(Answer, hand-over)] -> their verdicts, one list per answer: judged in one capped child for all of
+    them (one fork and one CPU-backend start per student, not per answer). An answer whose child is stopped
+    (its time limit, a cap) gets "unjudged" for the checks it did not reach, with the cap that stopped it, and
+    the answers after it are judged in a fresh child."""
+    from .judge import checks_of
+    from .verdict import UNJUDGED, Verdict
+
+    verdicts = [[] for _ in answers]
+    start = 0
+    while start < len(answers):
+        finished, why = _one_child(answers[start:], verdicts[start:], seconds, memory_mb)
+        start += finished
+        if start < len(answers):  # the answer it was judging when it stopped
+            answer, done = answers[start][0], {v.check for v in verdicts[start]}
+            verdicts[start] += [Verdict(check, UNJUDGED, why) for check in checks_of(answer) if check not in done]
+            start += 1
     return verdicts
+
+
+def judge_in_child(answer, handover, seconds: int, memory_mb: int) -> list:
+    """The verdicts of one answer, judged in a capped child; those it did not reach are unjudged."""
+    return judge_in_children([(answer, handover)], seconds, memory_mb)[0]
 
 
 def serve(request: dict) -> dict:
@@ -119,10 +178,18 @@ def serve(request: dict) -> dict:
 
     start = time.monotonic()
     seconds, memory_mb = int(request.get("seconds", 20)), int(request.get("memory_mb", 3072))
-    verdicts = []
-    for name, handover in (request.get("answers") or {}).items():
-        if name in ANSWERS:
-            verdicts += [v.to_dict() for v in judge_in_child(ANSWERS[name], handover, seconds, memory_mb)]
+    answers = [(ANSWERS[name], handover) for name, handover in (request.get("answers") or {}).items()
+               if name in ANSWERS]
+    # answers on the same number of CPU devices share a child (the device count is set before its backend starts)
+    groups = {}
+    for i, (answer, _) in enumerate(answers):
+        groups.setdefault(getattr(answer, "devices", 1), []).append(i)
+    judged = [None] * len(answers)
+    for indices in groups.values():
+        for i, found in zip(indices, judge_in_children([answers[i] for i in indices], seconds, memory_mb),
+                            strict=True):
+            judged[i] = found
+    verdicts = [v.to_dict() for found in judged for v in found]
     return {"verdicts": verdicts, "seconds": time.monotonic() - start}
 
 
