@@ -1,9 +1,10 @@
-"""The referee: lesson 7's graded points decided in a process where no learner code runs.
+"""The referee: the graded points of lessons 1 to 7 (but those asks.KERNEL_ONLY lists) decided in a
+process where no learner code runs.
 
 The learner's kernel hands answers over as data only: asks.py says what is
 asked for, and hidden/handover.py, in the kernel, writes each jax.jit answer
 as the StableHLO programs it lowers to for the referee's signatures, with
-their donation attributes. After nbgrader's autograde the worker
+their donation attributes, and lesson 5's answers as values (bytes, text). After nbgrader's autograde the worker
 (student.py) reads that hand-over as untrusted bytes and sends it to its
 referee server (client.py): a sandboxed process, started once per worker
 (server.py), that forks a capped child per answer. The child screens each

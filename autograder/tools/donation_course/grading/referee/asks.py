@@ -6,7 +6,7 @@ An answer is handed over as the programs its jax.jit function lowers to, one
 per signature below, or (VALUES answers) as values: arrays as their dtype,
 shape and raw bytes, strings as text, never pickles. The referee judges the
 grade cells that call a function in CHECKS (a hidden check of lesson 3 or 7,
-or a hand-over of hidden/lessons.py in lessons 1, 2, 4 and 5); KERNEL_ONLY
+or a hand-over of hidden/lessons.py in lessons 1, 2, 4, 5 and 6); KERNEL_ONLY
 lists the rest (Python-level behaviour no program or value shows), which
 rests on the kernel's checks alone.
 """
@@ -155,7 +155,7 @@ CHECKS.update({  # lesson 3's debugging exercise
     ("debugging", "check_donated"): ("l3-fixed-step", "fixed_step donated leaves"),
     ("debugging", "check_reuse_and_loop"): ("l3-fixed-step", "fixed_step buffer reuse and loop"),
 })
-# lessons 1, 2 and 4 (hidden/lessons.py's hand-overs; the kernel's checks are the cell's public ones)
+# lessons 1, 2, 4, 5 and 6 (hidden/lessons.py's hand-overs; the kernel's checks are the cell's public ones)
 CHECKS.update({
     ("lessons", "hand_over_train_step"): ("l1-train-step", "train_step (lesson 1)"),
     ("lessons", "hand_over_apply_delta"): ("l2-apply-delta", "apply_delta (lesson 2)"),
