@@ -112,6 +112,15 @@ def kernels_of(cluster: Cluster, name: str) -> list[psutil.Process]:
     return [p for p in tree if any(k in " ".join(_cmdline(p)) for k in ("grading.audit", "ipykernel"))]
 
 
+def zygotes_of(cluster: Cluster, name: str) -> list[psutil.Process]:
+    """A worker's zygote (zygote.py), which outlives a worker killed with SIGKILL long enough to clean up."""
+    try:
+        tree = psutil.Process(cluster.procs[name].pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [p for p in tree if _name(p) == "dl-zygote"]
+
+
 def _name(p) -> str:
     try:
         return p.name()

@@ -22,7 +22,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import EXERCISE_ANSWER, ROOT
-from helpers import COURSE_CMD, GRADE_LIMITS, grade, gradebook_scores, read_grades
+from helpers import COURSE_CMD, GRADE_LIMITS, LIMIT_SCALE, grade, gradebook_scores, read_grades
 from local_cluster import (
     MARKER,
     Cluster,
@@ -33,6 +33,7 @@ from local_cluster import (
     kill_all,
     scratch_folders,
     wait_for,
+    zygotes_of,
 )
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,6 @@ pytestmark = pytest.mark.slow
 EX = corpus.EXERCISE
 # a correct, a wrong, a flagged, a kernel-killing and a malformed submission, and one more of each kind of score
 SUBSET = ["partial", "nodonate", "tamperer", "kernelkill", "malformed", "wrongarg"]
-MIX = ["partial", "wrapped", "argnames", "lambda", "nodonate", "nojit", "wrongvalue", "wrongarg"]
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +64,19 @@ def corpus_files(tmp_path_factory) -> Path:
     return folder
 
 
-# Appended to every answer of a run that a test interrupts: the answer cell
-# sleeps until the cell time limit stops it (the answer is still defined, so
-# each student keeps the corpus's score). A grading kernel is then alive for
-# at least the cell limit: a test that acts while one is young acts, provably,
-# in the middle of that student.
-SLEEP = "\nimport time\ntime.sleep(600)\n"
-CELL_LIMIT = float(GRADE_LIMITS[GRADE_LIMITS.index("--cell-timeout") + 1])
+# Appended to the answer of a student a test interrupts: the answer cell
+# sleeps until the run's cell limit stops it (the answer is still defined, so
+# the student keeps the corpus's score). A grading kernel of such a student
+# lives at least that limit: a test that acts while the kernel is young acts,
+# provably, in the middle of that student.
+SLEEP = "\nimport time\ntime.sleep(900)\n"
+# The Ctrl-C test's run: no sleeping cell ends before the signal, however slow this machine.
+UNENDING = ["--workers", "2", "--timeout", "900", "--cell-timeout", "800", "--no-progress"]
+# The killed-worker test's run: a sleeping cell ends, and its student is graded, after KILL_CELL seconds;
+# w1 is killed while its kernel is younger than half that, so at least KILL_CELL / 2 seconds before it ends.
+KILL_CELL = round(max(12, 6 * LIMIT_SCALE))  # and at least the other runs' cell limit (helpers.GRADE_LIMITS)
+KILL_LIMITS = ["--workers", "2", "--timeout", str(round(150 * LIMIT_SCALE)), "--cell-timeout", str(KILL_CELL),
+               "--no-progress"]
 
 
 def submissions(corpus_files: Path, dest: Path, students: list[str], copies: int = 1, sleepers=()) -> Path:
@@ -93,7 +99,7 @@ def in_progress(cluster, name: str) -> set:
     return {p.name for p in (cluster.folder / name).rglob("course-*/submitted/*")}
 
 
-def young_kernels(cluster, name: str) -> list:
+def young_kernels(cluster, name: str, cell_limit: float) -> list:
     """A worker's grading kernels started less than half the cell limit ago:
     each is in a student whose sleeping answer cell keeps it alive for at
     least the other half."""
@@ -101,11 +107,31 @@ def young_kernels(cluster, name: str) -> list:
     young = []
     for p in kernels_of(cluster, name):
         try:
-            if now - p.create_time() < CELL_LIMIT / 2:
+            if now - p.create_time() < cell_limit / 2:
                 young.append(p)
         except psutil.Error:
             pass
     return young
+
+
+def ended(p: psutil.Process) -> bool:
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def over(run: subprocess.Popen, log: Path) -> bool:
+    """The run ended, or cannot grade: a worker was refused (another checkout's code, or this one's edited
+    since the workers started)."""
+    return run.poll() is not None or "refused worker" in log.read_text()
+
+
+def start_run(course: Path, files: Path, limits: list, cluster, env: dict, log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *limits,
+                                 "--scheduler", cluster.address], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
 
 
 def cluster_lines(course: Path) -> list[str]:
@@ -195,23 +221,23 @@ def test_a_mismatched_worker_is_refused_in_one_line(cluster, corpus_files, tmp_p
 
 def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus_files, tmp_path, env,
                                                                   generated_course):
-    # every answer sleeps out the cell limit: with a kernel up, the run cannot end before Ctrl-C
-    files = submissions(corpus_files, tmp_path / "files", MIX, sleepers=MIX)
+    # both students sleep out a cell limit of 800 s: once a kernel of theirs is up, the run cannot end before Ctrl-C
+    files = submissions(corpus_files, tmp_path / "files", ["partial", "nodonate"], sleepers={"partial", "nodonate"})
     course = generated_course(tmp_path / "course")
-    with open(tmp_path / "grade.log", "w") as log:
-        run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
-                                "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
+    log = tmp_path / "grade.log"
+    run = start_run(course, files, UNENDING, cluster, env, log)
     try:
-        wait_for(lambda: young_kernels(cluster, "w1") or young_kernels(cluster, "w2"), 120,
-                 "a kernel on the cluster")
-        assert run.poll() is None, (tmp_path / "grade.log").read_text()
+        held = wait_for(lambda: [(n, in_progress(cluster, n)) for n in ("w1", "w2")
+                                 if in_progress(cluster, n) and kernels_of(cluster, n)] or over(run, log),
+                        240, "a worker with a student and its kernel in hand")
+        assert not over(run, log), log.read_text()
         run.send_signal(signal.SIGINT)
-        assert run.wait(timeout=120) != 0
+        assert run.wait(timeout=120) == 130, (held, log.read_text())
     finally:
         if run.poll() is None:
             run.kill()
-    wait_for(lambda: not grading_processes(cluster), 20,
-             lambda: f"the grading processes and kernels to go: {describe(grading_processes(cluster))}")
+    # the run exits only once each worker has stopped its grading processes and removed their files
+    assert not grading_processes(cluster), describe(grading_processes(cluster))
     scratch = scratch_folders(cluster, "w1") + scratch_folders(cluster, "w2")
     assert scratch and not [s for s in scratch if s.exists()], "a grading process's scratch folder is left"
     for name in ("w1", "w2"):
@@ -220,46 +246,47 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
              "the scheduler to forget the run's tasks")
     # the run set the scheduler's allowed-failures to 1 and put its default back
     assert cluster.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.allowed_failures) == 3
-    assert "allowed-failures could not be set" not in (tmp_path / "grade.log").read_text()
+    assert "allowed-failures could not be set" not in log.read_text()
 
 
 def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpus_files, tmp_path, env,
                                                                    generated_course):
-    # every answer sleeps out the cell limit: w1 is killed while a young kernel of its is in a student
-    sleepers = set(MIX)
-    files = submissions(corpus_files, tmp_path / "files", MIX, sleepers=sleepers)
+    students = sleepers = ["nodonate", "partial"]  # one on each worker: a young kernel on w1 is in one of them
+    files = submissions(corpus_files, tmp_path / "files", students, sleepers=sleepers)
     course = generated_course(tmp_path / "course")
     victim, survivor = cluster.worker_address("w1"), cluster.worker_address("w2")
-    with open(tmp_path / "grade.log", "w") as log:
-        run = subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *GRADE_LIMITS,
-                                "--scheduler", cluster.address], env=env, stdout=log, stderr=subprocess.STDOUT)
+    log = tmp_path / "grade.log"
+    run = start_run(course, files, KILL_LIMITS, cluster, env, log)
     try:
-        # w1 has graded a student and runs a young kernel for its next one, a sleeper
-        wait_for(lambda: any(victim in ln for ln in _lines_so_far(course)) and young_kernels(cluster, "w1")
-                 and set() < in_progress(cluster, "w1") <= sleepers, 240, "w1 to grade its second student")
-        in_progress_then = in_progress(cluster, "w1")
-        cluster.kill_group("w1")
-        assert run.wait(timeout=400) == 0, (tmp_path / "grade.log").read_text()
-    finally:
-        if run.poll() is None:
-            run.kill()
-    rows = read_grades(course / ".grading" / "grades.csv")  # fails on a student listed twice
-    assert {s: float(rows[s][EX]) for s in rows} == {s: corpus.CASES[s][1] for s in MIX}
-    assert set(gradebook_scores(course)) == set(MIX)
-    lines = cluster_lines(course)
-    graded = [ln.split(" student=")[1].split()[0] for ln in lines]
-    assert sorted(graded) == sorted(MIX), lines  # one result merged per student
-    assert in_progress_then, "w1 was killed between two students"
-    for student in in_progress_then:  # the student w1 was grading ran again, on w2
-        assert any(f"student={student} worker={survivor}" in ln for ln in lines), lines
-    wait_for(lambda: not grading_processes(cluster), 20,
-             lambda: f"the killed worker's grading process and kernels to go: {describe(grading_processes(cluster))}")
-    assert not [s for s in scratch_folders(cluster, "w1") if s.exists()], "the killed worker's scratch is left"
-
-
-def _lines_so_far(course: Path) -> list[str]:
-    try:
-        return cluster_lines(course)
-    except OSError:
-        return []
+        try:
+            # w1 has a sleeper in hand, its kernel young: that student cannot end for KILL_CELL / 2 seconds
+            wait_for(lambda: over(run, log) or (young_kernels(cluster, "w1", KILL_CELL)
+                                                 and set() < in_progress(cluster, "w1") <= set(sleepers)),
+                     240, "w1 to grade a sleeping student")
+            assert not over(run, log), log.read_text()
+            in_progress_then, zygotes = in_progress(cluster, "w1"), zygotes_of(cluster, "w1")
+            cluster.kill_group("w1")
+            assert run.wait(timeout=400) == 0, log.read_text()
+        finally:
+            if run.poll() is None:
+                run.kill()
+        rows = read_grades(course / ".grading" / "grades.csv")  # fails on a student listed twice
+        assert {s: float(rows[s][EX]) for s in rows} == {s: corpus.CASES[s][1] for s in students}
+        assert set(gradebook_scores(course)) == set(students)
+        lines = cluster_lines(course)
+        graded = [ln.split(" student=")[1].split()[0] for ln in lines]
+        assert sorted(graded) == sorted(students), lines  # one result merged per student
+        assert in_progress_then and zygotes, (in_progress_then, zygotes)
+        for student in in_progress_then:  # the student w1 was grading ran again, on w2
+            assert any(f"student={student} worker={survivor}" in ln for ln in lines), lines
+        # the killed worker's zygote, told by the kernel (its parent-death signal), kills its grading process and
+        # kernels, removes their scratch folders, then exits
+        wait_for(lambda: all(map(ended, zygotes)), 60, "the killed worker's zygote to clean up and exit")
+        assert not grading_processes(cluster), describe(grading_processes(cluster))
+        assert not [s for s in scratch_folders(cluster, "w1") if s.exists()], "the killed worker's scratch is left"
+    finally:  # the cluster as the module's other tests expect it: two workers
+        wait_for(lambda: victim not in cluster.client.scheduler_info(n_workers=-1)["workers"], 60,
+                 "the scheduler to drop the killed worker")
+        cluster.start_worker("w1")
+        cluster.client.wait_for_workers(2, timeout=120)
 
