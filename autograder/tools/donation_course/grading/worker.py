@@ -74,6 +74,32 @@ def new_student_dir(base: Path) -> Path:
     return runtime
 
 
+def unsynced_gradebook(db: Path) -> None:
+    """This process's connections to `db` (the worker's own copy of the gradebook) do not wait for the disk at
+    each commit (SQLite's synchronous=OFF; its journal stays, so a worker killed mid-write leaves it whole):
+    nbgrader commits a few dozen times per student, and the copy is scratch. The run process, the only writer of
+    the real gradebook, merges each result from the message the worker sends; a new worker starts from a fresh
+    copy."""
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    target = os.path.realpath(db)
+
+    def on_connect(dbapi_connection, _record) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            cursor = dbapi_connection.cursor()
+            try:
+                files = [row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
+                if files and files[0] and os.path.realpath(files[0]) == target:
+                    cursor.execute("PRAGMA synchronous=OFF")
+            finally:
+                cursor.close()
+
+    event.listen(Engine, "connect", on_connect)
+
+
 def make_api(course: Path, db: Path, cell_timeout: int):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -254,6 +280,7 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
     CappedIOPubChannel.limit = job.max_output_bytes
     course = Path(job.course)
     os.chdir(course)
+    unsynced_gradebook(Path(job.db))
     api = make_api(course, Path(job.db), job.cell_timeout)
     conn.send(("ready", None))
     try:
