@@ -26,7 +26,7 @@ MAX_FUNCTIONS = 64            # function objects handed over for one answer
 PROGRAMS, VALUES = "programs", "values"  # what an answer is handed over as
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # equal and hashed by identity: its Calls hold dicts
 class Answer:
     name: str          # the hand-over file's stem
     function: str      # the learner's name for the jax.jit function (or the values, VALUES)
@@ -38,7 +38,7 @@ class Answer:
     devices: int = 1       # the CPU devices its programs run on (lesson 6: 8)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Call:
     """One call the referee asks a jax.jit answer to be lowered for: each argument an array spec
     ("float32[2,2]", "float32[]") or a dict of them (a tree), given by position (args) or by keyword
