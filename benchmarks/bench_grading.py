@@ -133,13 +133,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
         files = submissions(tmp, a.n)
-        serial = serial_course(tmp / "serial", files)
-        t = time.perf_counter()
-        sh(nbgrader_command("autograde", ASSIGNMENT, "--force"), cwd=serial)
-        t_serial = time.perf_counter() - t
-        # ./course grade on the exercise: a fresh course's first run (set-up included), then a warm one
-        par = make_course(tmp / "parallel")
-        t_cold = time_grade(files, par, a.workers)
+        # serial nbgrader, then ./course grade on the exercise: a fresh course's first run (set-up included),
+        # then a warm one on that course
+        t_serial, t_generate, t_cold, phases, par = cold_round(tmp, files, a.workers, ours_first=False)
         t_par = time_grade(files, par, a.workers)
         # the floor: a notebook that only imports jax, graded the same way
         floor = make_course(tmp / "floor", floor=True)
@@ -168,6 +164,8 @@ def main():
     print(f"| throughput vs serial nbgrader, fresh course (first run, set-up included) | {t_serial / t_cold:.2f}x "
           "| >= 1.8x |")
     print(f"| per-submission time vs floor | {t_par / t_floor:.2f}x | <= 1.3x |")
+    print("\nthe fresh course's first run, step by step:\n")
+    cold_table([(t_serial, t_generate, t_cold, phases)])
     print(f"\nreproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --n {n} --workers {a.workers}")
 
 
@@ -214,10 +212,10 @@ COLD_PARTS = ("collect", "prepare", "prepare.generate_assignment", "prepare.comp
               "reports")
 
 
-def cold_round(tmp: Path, files: Path, workers: int, ours_first: bool) -> tuple[float, float, float, dict]:
+def cold_round(tmp: Path, files: Path, workers: int, ours_first: bool) -> tuple[float, float, float, dict, Path]:
     """One fresh course's first `./course grade` (set-up included) and serial `nbgrader autograde` of the same
-    files (its course generated untimed, and also timed apart), in the order given; (serial autograde,
-    serial generate_assignment, ours, our run's timings.json)."""
+    files (its generate_assignment timed apart), in the order given; (serial autograde, serial
+    generate_assignment, ours, our run's timings.json, our course, graded once)."""
     course = make_course(tmp / "cold")
     serial = make_course(tmp / "serial")
 
@@ -243,9 +241,18 @@ def cold_round(tmp: Path, files: Path, workers: int, ours_first: bool) -> tuple[
         t_serial, t_generate = theirs()
         t_ours = ours()
     phases = json.loads((course / ".grading" / "logs" / "timings.json").read_text())
-    shutil.rmtree(course)
     shutil.rmtree(serial)
-    return t_serial, t_generate, t_ours, phases
+    return t_serial, t_generate, t_ours, phases, course
+
+
+def cold_table(rows: list) -> None:
+    """Per round: serial autograde, serial generate_assignment, ours whole, our set-up and steps, the ratio."""
+    print("| round | serial `nbgrader autograde` | serial `generate_assignment` | `./course grade`, fresh course "
+          "(whole) | set-up | " + " | ".join(COLD_PARTS) + " | ratio |\n|" + "---|" * (6 + len(COLD_PARTS)))
+    for i, (t_serial, t_generate, t_ours, ph) in enumerate(rows):
+        parts = " | ".join(f"{ph.get(k, 0):.1f} s" for k in COLD_PARTS)
+        print(f"| {i + 1}{' (ours first)' if i % 2 else ''} | {t_serial:.1f} s | {t_generate:.1f} s | {t_ours:.1f} s "
+              f"| {ph['setup']:.1f} s | {parts} | {t_serial / t_ours:.2f}x |")
 
 
 def cold_course(a):
@@ -255,17 +262,14 @@ def cold_course(a):
         tmp = Path(tmp)
         files = submissions(tmp, n)
         for i in range(a.rounds):
-            rows.append(cold_round(tmp / f"r{i}", files, a.workers, ours_first=i % 2 == 1))
+            *row, course = cold_round(tmp / f"r{i}", files, a.workers, ours_first=i % 2 == 1)
+            shutil.rmtree(course)
+            rows.append(tuple(row))
             loads.append(os.getloadavg())
     print(f"\n{n} submissions, {a.workers} workers, {os.cpu_count()} cores; load average (1, 5, 15 min) before: "
           + ", ".join(f"{x:.1f}" for x in loads[0]) + "; after each round: "
           + "; ".join(", ".join(f"{x:.1f}" for x in load) for load in loads[1:]) + "\n")
-    print("| round | serial `nbgrader autograde` | serial `generate_assignment` | `./course grade`, fresh course "
-          "(whole) | set-up | " + " | ".join(COLD_PARTS) + " | ratio |\n|" + "---|" * (6 + len(COLD_PARTS)))
-    for i, (t_serial, t_generate, t_ours, ph) in enumerate(rows):
-        parts = " | ".join(f"{ph.get(k, 0):.1f} s" for k in COLD_PARTS)
-        print(f"| {i + 1}{' (ours first)' if i % 2 else ''} | {t_serial:.1f} s | {t_generate:.1f} s | {t_ours:.1f} s "
-              f"| {ph['setup']:.1f} s | {parts} | {t_serial / t_ours:.2f}x |")
+    cold_table(rows)
     serial, ours = sum(r[0] for r in rows), sum(r[2] for r in rows)
     print("\n| figure | value | target |\n|---|---|---|")
     print(f"| fresh course's first run vs serial nbgrader autograde (sum of {len(rows)} rounds) | {serial / ours:.2f}x "
