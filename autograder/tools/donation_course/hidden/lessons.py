@@ -39,10 +39,10 @@ def hand_over_y_out(y_out) -> None:
     hand_over_values("l5-y-out", "y_out (lesson 5)", {"y_out": y_out})
 
 
-def hand_over_nan_message(message) -> None:
-    """Lesson 5, Exercise 5.2 (l5-q2-check): what find_nan returned on the negative grad (how it ran the step,
-    and what it left in jax's config, are the kernel's)."""
-    hand_over_values("l5-find-nan", "find_nan's message (lesson 5)", {"message": message})
+def hand_over_nan_message(message, healthy) -> None:
+    """Lesson 5, Exercise 5.2 (l5-q2-check): what find_nan returned on the negative grad and on a healthy one
+    (how it ran the step, and what it left in jax's config, are the kernel's)."""
+    hand_over_values("l5-find-nan", "find_nan's message (lesson 5)", {"message": message, "healthy": healthy})
 
 
 def hand_over_shift_split(shift_split) -> None:

@@ -182,8 +182,7 @@ KERNEL_ONLY = {
     ("lesson", "l5-q1-check"): "y_in deleted, scale's cached program cleared and debug_nans off: state of the "
                                "kernel; the referee judges y_out's value",
     ("lesson", "l5-q2-check"): "how find_nan runs step (a new jax.jit, not op by op), that it leaves params "
-                               "undonated and debug_nans off, and its None on a healthy grad; the referee judges "
-                               "its message",
+                               "undonated and debug_nans off; the referee judges what it returns",
 }
 
 

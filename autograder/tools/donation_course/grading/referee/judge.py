@@ -611,7 +611,10 @@ def l5_nan_message(v: Values) -> str:
         fail("find_nan returned None on the negative grad: it found no NaN.")
     if "sqrt" not in message:
         fail(f"find_nan returned {message[:200]!r}, which does not name sqrt, where the NaN comes from.")
-    return "find_nan returned the error's message, which names sqrt."
+    healthy = v.text("healthy")
+    if healthy is not None:
+        fail(f"find_nan returned {healthy[:200]!r} on a healthy grad, where there is no NaN: expected None.")
+    return "find_nan returned the error's message, which names sqrt, and None on a healthy grad."
 
 
 # --- lesson 6: sharded programs on the referee's 8 CPU devices ----------------------------------------------
