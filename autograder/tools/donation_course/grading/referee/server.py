@@ -140,9 +140,7 @@ def _one_child(answers: list, verdicts: list, seconds: int, memory_mb: int) -> t
             except (ValueError, KeyError, TypeError, IndexError):
                 pass  # a line cut by the kill
     os.close(read_fd)
-    if finished < len(answers) and not stopped:
-        os.kill(pid, signal.SIGKILL)  # (it ended its pipe, so it is ending anyway)
-    _, status = os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)  # (its pipe ended: it is exiting, with the status that says why)
     if finished == len(answers):
         return finished, ""
     return finished, _why(status, stopped, seconds, memory_mb) + "."
