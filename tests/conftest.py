@@ -17,7 +17,8 @@ from donation_course.course import Course, venv_env
 # first import of helpers.
 pytest.register_assert_rewrite("helpers")
 
-from helpers import built_once, make_course, start_lab, timeout_line  # noqa: E402  (after register_assert_rewrite, see above)
+# (after register_assert_rewrite, see above)
+from helpers import built_once, grade_class, graded_class, make_course, start_lab, timeout_line  # noqa: E402
 
 # --- tiers: `./course test` runs everything; `./course test --fast` the everyday tier ---------
 #
@@ -40,8 +41,8 @@ EVERYDAY = {
     "test_sandbox.py::test_a_grading_kernel_reaches_nothing_but_its_own_copy",
     # the runtime audit: honest code and library internals leave no record (one kernel)
     "test_sandbox.py::test_the_audit_is_silent_on_honest_code_and_library_internals",
-    # ... and code built at run time does (one kernel)
-    "test_sandbox.py::test_the_audit_records_what_learner_code_does_at_run_time[exec-",
+    # ... and what learner code does at run time does: every family, in one kernel they share
+    "test_sandbox.py::test_the_audit_records_what_learner_code_does_at_run_time[",
 }
 FAST_SECONDS = 5.0  # an everyday test slower than this is named at the end of a --fast run
 
@@ -151,14 +152,35 @@ def course_template(tmp_path_factory):
 def generated_course(course_template):
     """generated_course(dest): a copy of `course_template` at dest, for tests
     whose subject is not generating the assignment: each would otherwise pay
-    for nbgrader's generate_assignment (about 3.5 s of CPU) on its first
-    grading. The graded corpus (grade_corpus) starts from a bare course, so
-    that a run's own generating stays covered."""
+    for nbgrader's generate_assignment (about 3.5 s of CPU) and the compile
+    cache's filling on its first grading. A run's own generating is covered
+    by the tests that grade in a bare course (make_course): test_assignments
+    (two assignments generated) and test_selfcheck (`./course check`
+    prepares its private course, compile cache and all)."""
     def make(dest: Path) -> Path:
         shutil.copytree(course_template, dest)
         return dest
 
     return make
+
+
+@pytest.fixture(scope="session")
+def graded_corpus(tmp_path_factory, env, course_template):
+    """graded_corpus(corpus): a corpus of the course (a donation_course.corpus
+    module: exercise, capstone or debugging) graded once per session as a flat
+    LMS folder by `./course grade` in a copy of the course template: a
+    helpers.GradedClass. Every test that asks how that corpus is graded reads
+    it; the first xdist process to ask grades it, under a lock
+    (helpers.built_once), and xdist_units keeps each corpus's module on one
+    process. Read it; a test that changes the course works on a copy."""
+    def graded(corpus):
+        def build(folder: Path) -> None:
+            folder.mkdir(parents=True)
+            grade_class(folder, shutil.copytree(course_template, folder / "course"), corpus.build, env)
+
+        return graded_class(built_once(tmp_path_factory, f"graded-{corpus.__name__.rpartition('.')[2]}", build))
+
+    return graded
 
 
 @pytest.fixture(scope="session")

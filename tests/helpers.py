@@ -8,11 +8,13 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from donation_course.authoring import scratch_course
@@ -52,6 +54,7 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             building = shared / f"{name}.building"
+            shutil.rmtree(building, ignore_errors=True)  # what a build that failed left
             build(building)
             building.rename(done)
     return done
@@ -100,14 +103,15 @@ GRADE_LIMITS = ["--workers", "2", "--timeout", str(round(150 * LIMIT_SCALE)),
                 "--cell-timeout", str(round(6 * LIMIT_SCALE)), "--no-progress"]
 
 
-def grade(env, *args, check=True, cwd=ROOT):
+def grade(env, *args, check=True, cwd=ROOT, timeout=None):
     """Run `./course grade ARGS` as an instructor would; fail with its output unless check=False.
     A run that graded the class passes the check whether or not students need the instructor
-    (exit 0 or run.EXIT_NEEDS_YOU); tests of who needs the instructor assert the code themselves."""
+    (exit 0 or run.EXIT_NEEDS_YOU); tests of who needs the instructor assert the code themselves.
+    `timeout`: 600 s, scaled with the machine's load (LIMIT_SCALE), unless given."""
     from donation_course.grading.run import EXIT_ALL_GRADED, EXIT_NEEDS_YOU
 
     r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=600 * LIMIT_SCALE)
+                       capture_output=True, text=True, timeout=timeout or 600 * LIMIT_SCALE)
     if check and r.returncode not in (EXIT_ALL_GRADED, EXIT_NEEDS_YOU):
         raise AssertionError(f"grade failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r
@@ -131,14 +135,39 @@ def gradebook_scores(course) -> dict:
                 for s in gb.find_assignment(ASSIGNMENT).submissions}
 
 
-def grade_corpus(tmp: Path, build, env, make=None):
-    """Build a corpus of submissions (build(folder)) as a flat LMS folder and
-    grade it once with ./course grade in a scratch course under `tmp` (a bare
-    one, or make(path)'s); return (course, files, the command's result)."""
-    course = (make or make_course)(tmp / "course")
-    files = tmp / "corpus"
+@dataclass(frozen=True)
+class GradedClass:
+    """A class graded once by `./course grade` (GRADE_LIMITS): its scratch course, the folder of files it
+    graded, what the command said, and the gradebook's scores as the run left them ({student: {notebook:
+    score}}). Read it; a test that changes the course works on a copy (shutil.copytree)."""
+
+    course: Path
+    files: Path
+    returncode: int
+    stdout: str
+    stderr: str
+    scores: dict
+
+
+def grade_class(folder: Path, course: Path, build, env) -> None:
+    """Build a class's submissions (build(files)) as one flat LMS folder, folder/files, grade it once with
+    ./course grade in `course`, and keep what the command said beside them (folder/grade.json). The
+    command may take as long as its students may (GRADE_LIMITS' limit for each, two at a time): a class
+    of dozens takes minutes, longer than `grade`'s 600 s on a busy machine."""
+    files = folder / "files"
     build(files)
-    return course, files, grade(env, files, "--course", course, *GRADE_LIMITS)
+    students = len({p.name.split("_", 1)[0] for p in files.iterdir()})
+    each = float(GRADE_LIMITS[GRADE_LIMITS.index("--timeout") + 1])
+    r = grade(env, files, "--course", course, *GRADE_LIMITS, timeout=600 * LIMIT_SCALE + students * each / 2)
+    (folder / "grade.json").write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout,
+                                                   "stderr": r.stderr}))
+
+
+def graded_class(folder: Path) -> GradedClass:
+    """What grade_class left in `folder`."""
+    said = json.loads((folder / "grade.json").read_text())
+    return GradedClass(folder / "course", folder / "files", said["returncode"], said["stdout"], said["stderr"],
+                       gradebook_scores(folder / "course"))
 
 
 def nbgrader(course_dir, *args, env, check=True, timeout=None):

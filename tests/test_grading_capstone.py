@@ -1,5 +1,6 @@
 """The capstone of the graded notebook graded end to end through `./course grade`
-(scratch course, 2 workers) on its corpus (donation_course/corpus/capstone.py):
+(scratch course, 2 workers) on its corpus (donation_course/corpus/capstone.py),
+graded once per session with the other corpora (conftest.graded_corpora):
 every case gets its expected score, loses points exactly in the grade cells
 it should, and its feedback never shows the hidden checks' source nor the
 programs handed over to the referee (grading/referee/)."""
@@ -9,14 +10,15 @@ from donation_course.corpus import capstone as corpus
 from donation_course.corpus import exercise as exercise_corpus
 from donation_course.course import EXERCISE_ANSWER
 from donation_course.grading.referee.asks import MIME
-from helpers import ASSIGNMENT, grade_corpus, read_grades
+from helpers import ASSIGNMENT, read_grades
 
 GRADE_IDS = corpus.GRADE_IDS  # the grade cells after the capstone's answer cell, read from the source
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, env, generated_course):
-    course, _, _ = grade_corpus(tmp_path_factory.mktemp("capstone"), corpus.build, env, make=generated_course)
+def graded(graded_corpus):
+    """(course, {student: grades.csv row}) of the corpus graded once per session (conftest.graded_corpus)."""
+    course = graded_corpus(corpus).course
     return course, read_grades(course / ".grading" / "grades.csv")
 
 

@@ -1,6 +1,7 @@
 """Lesson 3's debugging exercise (a training loop with one donation bug), graded
 end to end through `./course grade` (scratch course, 2 workers) on its corpus
-(donation_course/corpus/debugging.py): every case gets its expected score, loses
+(donation_course/corpus/debugging.py), graded once per session
+(conftest.graded_corpus): every case gets its expected score, loses
 points exactly in the grade cells it should, and its feedback never shows the
 hidden checks' source. Without a kernel: the hidden module is registered where
 the grader lists hidden modules, and the public check's helper
@@ -12,12 +13,13 @@ import pytest
 from donation_course.corpus import debugging as corpus
 from donation_course.course import COURSE
 from donation_lab import checks
-from helpers import grade_corpus, read_grades
+from helpers import read_grades
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, env, generated_course):
-    course, _, _ = grade_corpus(tmp_path_factory.mktemp("debugging"), corpus.build, env, make=generated_course)
+def graded(graded_corpus):
+    """(course, {student: grades.csv row}) of the corpus graded once per session (conftest.graded_corpus)."""
+    course = graded_corpus(corpus).course
     return course, read_grades(course / ".grading" / "grades.csv")
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from xdist.scheduler import LoadScopeScheduling
 
 # Files whose shared fixture is cheap and whose tests are long: their tests go out one by one.
-NOT_UNITS = {"test_grading.py"}  # its module fixture `hidden` only imports the hidden checks
+NOT_UNITS = {"test_grading.py",  # its module fixture `hidden` only imports the hidden checks
+             "test_sandbox.py"}  # `audited` is one kernel; its other tests start dozens of kernels of their own
 
 
 def files_with_shared_fixtures(folder: Path = Path(__file__).parent) -> dict:
@@ -58,7 +59,6 @@ UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "browser_wrong_answ
                 "test_lms.py::test_corrupt_state_is_reported_in_one_line_and_rebuilt": 15,
                 "test_sandbox.py::test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped": 13,
                 "test_lms.py::test_extra_file_does_not_destroy_an_nbgrader_submission": 19,
-                "test_grading.py::test_zip_input_and_naming_rules": 7,
                 "test_lessons_execute.py::test_learner_copy_errors_only_where_expected": 5}
 
 
