@@ -1,7 +1,6 @@
 """The referee's scratch folder (TMPDIR/referee-*) leaves nothing behind: its owner removes it when it ends
 normally (atexit; a forked grading worker at its own shutdown), and the folder of an owner that was killed is
 removed by the next referee made in the same TMPDIR, never a living owner's."""
-import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from donation_course.grading.referee import client, student
+from donation_course.grading.referee import client
 
 MAKE = ("import os, signal, sys; from donation_course.grading.referee.client import Referee; "
         "r = Referee(sandbox=False, memory_mb=0); r.start(); print(r.folder, r.proc.pid, flush=True); "
@@ -67,32 +66,32 @@ def test_a_killed_owners_folder_is_removed_by_the_next_referee_and_a_living_owne
     assert not living_folder.exists()
 
 
-def _forked_worker(tmp: str, conn) -> None:
-    import tempfile
+FORKED_WORKER = """
+import multiprocessing as mp, sys, tempfile
+from pathlib import Path
+from donation_course.grading.referee import client, student
 
+def worker(tmp, conn):
     tempfile.tempdir = tmp
     ref = student.referee()
     ref.start()
-    conn.send(str(ref.folder))
+    folder = Path(ref.folder)
     student.close()  # what worker.serve does when it ends
-    conn.send(ref.proc is None and not Path(tmp, Path(conn.recv()).name).exists())
+    conn.send((folder.parent == Path(tmp), ref.proc is None, folder.exists()))
+
+inherited = client.Referee(sandbox=False, memory_mb=0)  # the parent's referee (never started)
+student._REFEREE[:] = [inherited]
+parent, child = mp.Pipe()
+proc = mp.get_context("fork").Process(target=worker, args=(sys.argv[1], child))
+proc.start()
+print(parent.recv(), proc.join(30) or proc.exitcode, student._REFEREE == [inherited], flush=True)
+"""
 
 
 @pytest.mark.slow  # starts a referee server (it imports JAX)
 def test_a_forked_worker_closes_its_own_referee_and_never_its_parents(tmp_path):
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe()
-    inherited = client.Referee(sandbox=False, memory_mb=0)  # a parent's referee, never started
-    student._REFEREE[:] = [inherited]
-    try:
-        proc = ctx.Process(target=_forked_worker, args=(str(tmp_path), child))
-        proc.start()
-        folder = parent.recv()
-        parent.send(folder)
-        assert parent.recv() is True
-        proc.join(30)
-        assert proc.exitcode == 0
-        assert student._REFEREE == [inherited]  # the parent's is its own
-        assert list(tmp_path.glob(f"{client.PREFIX}*")) == []
-    finally:
-        student._REFEREE.clear()
+    # in a fresh one-thread process that forks, as the run forks its workers
+    out = subprocess.run([sys.executable, "-c", FORKED_WORKER, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split("\n")[0] == "(True, True, False) 0 True", out.stderr[-2000:]
+    assert list(tmp_path.glob(f"{client.PREFIX}*")) == []
