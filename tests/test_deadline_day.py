@@ -6,8 +6,10 @@ no one, and exit codes a script can trust. Every regrade is compared with
 serial `nbgrader autograde` on the same gradebook.
 
 The class is graded once (the `story` fixture, which records what each step
-gave); the tests read it. Broken-file kinds, extensions.csv and durations
-have quick tests of their own at the bottom.
+gave); the tests read it, and a test that changes the class works on a copy.
+Each step's serial nbgrader run grades, in one run, every student the tests
+compare from that step's course. Broken-file kinds, extensions.csv and
+durations have quick tests of their own at the bottom.
 """
 import csv
 import datetime as dt
@@ -24,7 +26,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
-from helpers import GRADE_LIMITS, grade, nbgrader, read_grades, run
+from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, nbgrader, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
@@ -64,15 +66,17 @@ def formgrader(course):
     return Gradebook(f"sqlite:///{course / 'gradebook.db'}")
 
 
-def put(handler, gb, entry_id, body: dict) -> None:
-    """What formgrader's browser page does: a PUT to nbgrader's own API handler (GradeHandler,
-    CommentHandler), its code run as it is, on this gradebook."""
+def put(handler, gb, entry_id, body: dict | None = None, method: str = "put") -> None:
+    """What formgrader's browser page does: a PUT (or a POST) to nbgrader's own API handler (GradeHandler,
+    CommentHandler, FlagSubmissionHandler), its code run as it is, on this gradebook."""
     page = SimpleNamespace(gradebook=gb, get_json_body=lambda: body, write=lambda _text: None)
-    inspect.unwrap(handler.put)(page, entry_id)
+    inspect.unwrap(getattr(handler, method))(page, entry_id)
 
 
-def score_by_hand(course, student, manual, extra=None, comment=None):
-    from nbgrader.server_extensions.formgrader.apihandlers import CommentHandler, GradeHandler
+def score_by_hand(course, student, manual, extra=None, comment=None, flag=False):
+    """A person's review in formgrader: a manual score and extra credit on CELL, a comment on the answer,
+    and (`flag`) the notebook flagged with formgrader's flag button."""
+    from nbgrader.server_extensions.formgrader.apihandlers import CommentHandler, FlagSubmissionHandler, GradeHandler
 
     with formgrader(course) as gb:
         grade_ = gb.find_grade(CELL, EX, ASSIGNMENT, student)
@@ -80,10 +84,13 @@ def score_by_hand(course, student, manual, extra=None, comment=None):
         if comment:
             put(CommentHandler, gb, gb.find_comment(EXERCISE_ANSWER, EX, ASSIGNMENT, student).id,
                 {"manual_comment": comment})
+        if flag:
+            put(FlagSubmissionHandler, gb, gb.find_submission_notebook(EX, ASSIGNMENT, student).id, method="post")
 
 
 def state_of(course, students) -> dict:
-    """What nbgrader's gradebook holds of each student: every cell, comment and penalty, the extension."""
+    """What nbgrader's gradebook holds of each student: every cell, comment and penalty, the extension,
+    formgrader's flag."""
     with formgrader(course) as gb:
         out = {}
         for sid in students:
@@ -93,7 +100,7 @@ def state_of(course, students) -> dict:
                                   for g in nb.grades},
                         "comments": {c.name: (c.auto_comment, c.manual_comment) for c in nb.comments},
                         "penalty": nb.late_submission_penalty, "timestamp": sub.timestamp,
-                        "extension": sub.extension, "score": nb.score}
+                        "extension": sub.extension, "score": nb.score, "flagged": nb.flagged}
         return out
 
 
@@ -111,7 +118,7 @@ def serial(course, before, students, env, name) -> dict:
             gb.update_or_create_student(sid)
             gb.update_or_create_submission(ASSIGNMENT, sid)  # nbgrader's extension lives on the submission
             gb.grant_extension(ASSIGNMENT, sid, minutes=extra.total_seconds() / 60)
-    nbgrader(copy, "autograde", ASSIGNMENT, "--force", env=env, timeout=900)
+    nbgrader(copy, "autograde", ASSIGNMENT, "--force", env=env, timeout=900 * LIMIT_SCALE)
     return state_of(copy, students)
 
 
@@ -183,39 +190,43 @@ def story(tmp_path_factory, env, course_template):
     s.first = grade(env, subs1, "--course", course, *GRADE_LIMITS)
     s.first_ours, s.first_serial = state_of(course, graded), serial(course, before, graded, env, "serial1")
     s.first_seen = snapshot(course)
+    s.after_first = shutil.copytree(course, tmp / "after1")  # for a test that changes it (its own copy)
     board = blackboard(tmp / "board", tmp / "corpus")
     grade(env, board, "--course", course, *GRADE_LIMITS)
     s.board_late = state_of(course, ["jdoe"])["jdoe"]
 
     # 2. Reviews through formgrader; erin's flag accepted; the due date moves to 13:00
-    score_by_hand(course, "ann", 1.0, extra=0.5, comment="see me about the jit")
+    score_by_hand(course, "ann", 1.0, extra=0.5, comment="see me about the jit", flag=True)
     score_by_hand(course, "bob", 2.0, comment="half of it")
     s.accepted = run([ROOT / "course", "feedback", "--course", course, "--accept", "erin"], env)
     nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={MOVED}", env=env)
 
-    # 3. A --student regrade of unchanged work; Blackboard's jdoe again, read in Berlin time (on time)
+    # 3. A --student regrade of unchanged work; Blackboard's jdoe again, read in Berlin time (on time).
+    # Serial nbgrader grades both from the same course (before2) in one run.
     before = shutil.copytree(course, tmp / "before2")
     s.second = grade(env, subs1, "--course", course, "--student", "ann", "--student", "erin", "--student", "lena",
                      *GRADE_LIMITS)
-    s.second_ours = state_of(course, ["ann", "erin", "lena", "lou", "kai", "kim"])
-    s.second_serial = serial(course, before, ["ann", "erin", "lena", "lou", "kai", "kim"], env, "serial2")
+    second = ["ann", "erin", "lena", "lou", "kai", "kim"]
+    s.second_ours = state_of(course, second)
     s.second_seen = snapshot(course)
     grade(env, board, "--course", course, "--timezone", "Europe/Berlin", *GRADE_LIMITS)
     s.board_berlin = state_of(course, ["jdoe"])["jdoe"]
-    s.board_serial = serial(course, before, ["jdoe"], env, "serial-board")["jdoe"]
+    serial2 = serial(course, before, [*second, "jdoe"], env, "serial2")
+    s.second_serial, s.board_serial = {sid: serial2[sid] for sid in second}, serial2["jdoe"]
 
     # 4. The whole class again: bob's answers changed (right now), erin's changed (wrong, flagged again)
     subs2 = make_class(tmp / "subs2", tmp / "corpus", {"bob": ("partial", False, "2024-03-01 10:00:00"),
                                                         "erin": ("wrongvalue", True, "2024-03-01 10:00:00")})
+    # Serial nbgrader grades ann, bob and erin from the same course (before3) in one run.
     before = shutil.copytree(course, tmp / "before3")
     s.third = grade(env, subs2, "--course", course, *GRADE_LIMITS)
-    s.third_ours, s.third_serial = state_of(course, ["ann", "bob"]), serial(course, before, ["ann", "bob"], env,
-                                                                              "serial3")
+    serial3 = serial(course, before, ["ann", "bob", "erin"], env, "serial3")
+    s.third_ours, s.third_serial = state_of(course, ["ann", "bob"]), {sid: serial3[sid] for sid in ("ann", "bob")}
     s.third_seen = snapshot(course)
     s.third_erin = state_of(course, ["erin"])["erin"]
     s.reaccepted = run([ROOT / "course", "feedback", "--course", course, "--accept", "erin"], env)
     s.erin_after = state_of(course, ["erin"])["erin"]
-    s.erin_serial = serial(course, before, ["erin"], env, "serial-erin")["erin"]
+    s.erin_serial = serial3["erin"]  # erin's answers as this run staged them, accepted since
     s.after_accept = snapshot(course)
     s.everyone = run([ROOT / "course", "feedback", "--course", course, "--all"], env)
     return s
@@ -274,10 +285,12 @@ def test_a_moved_due_date_and_a_time_zone_clear_the_penalty_as_serial_nbgrader_d
 
 @pytest.mark.slow
 def test_a_review_of_unchanged_work_is_kept_and_exported(story):
-    # the gradebook is serial nbgrader's (manual scores kept, marked for review again) ...
+    # the gradebook is serial nbgrader's after a --student regrade (manual score, extra credit, comment and
+    # formgrader's flag kept, marked for review again) ...
     assert story.second_ours["ann"] == story.second_serial["ann"]
     assert story.second_ours["ann"]["cells"][CELL][1:3] == (1.0, 0.5)
     assert story.second_ours["ann"]["comments"][EXERCISE_ANSWER][1] == "see me about the jit"
+    assert story.second_ours["ann"]["flagged"] is True
     # ... and the review counts: the reviewed score is exported, in the distribution, not pending
     reviewed = story.second_ours["ann"]["score"]
     assert reviewed == FULL - 2 + 1.0 + 0.5  # ex-donated's 2 points scored 1, plus 0.5 extra credit
@@ -297,6 +310,47 @@ def test_an_accepted_flag_is_kept_for_the_same_answers_and_not_stored_as_a_manua
     row = story.second_seen["grades"]["erin"]
     assert row["status"] == "ok" and "flagged for the instructor" not in row["reason"], row
     assert "accepted" in row["reason"]
+
+
+@pytest.mark.slow
+def test_accepting_a_flagged_result_puts_the_checks_scores_back_not_as_manual_scores(story, tmp_path, env):
+    """`./course feedback --accept`, one cell then the rest, on a copy of the class as its first run left
+    it: erin's right answer, flagged for its `import os`, gets the checks' scores back as automatic scores."""
+    from nbgrader.api import Gradebook
+
+    course = shutil.copytree(story.after_first, tmp_path / "course")
+    before = read_grades(course / ".grading" / "grades.csv")["erin"]
+    assert (before["status"], float(before[EX])) == ("flagged", 0.0), before
+
+    def cells():
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            nb_ = gb.find_submission_notebook(EX, ASSIGNMENT, "erin")
+            return {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.max_score) for g in nb_.grades}
+
+    feedback = course / ".grading" / "feedback" / "erin.html"
+    page_before = feedback.read_text(encoding="utf-8")
+    one = run([ROOT / "course", "feedback", "--course", course, "--accept", "erin", "--cell", CELL], env)
+    assert "accepted the automatic result of 1 flagged cell(s)" in one.stdout, one.stdout
+    after_one = cells()
+    # the full score the check gave, as its automatic score (not a manual one), no longer waiting
+    assert after_one[CELL] == (after_one[CELL][3], None, False, after_one[CELL][3])
+    assert all(needs and auto == 0 and manual is None for name, (auto, manual, needs, _) in after_one.items()
+               if name != CELL)
+    grades_ = read_grades(course / ".grading" / "grades.csv")["erin"]
+    assert grades_["status"] == "flagged"  # cells still wait: not yet the instructor's whole decision
+
+    run([ROOT / "course", "feedback", "--course", course, "--accept", "erin"], env)
+    final = cells()
+    assert all(auto == top and manual is None and not needs for auto, manual, needs, top in final.values()), final
+    row = read_grades(course / ".grading" / "grades.csv")["erin"]
+    assert (row["status"], float(row[EX])) == ("ok", COURSE.points[EX]), row  # the notebook's points
+    assert "flagged for the instructor" not in row["reason"] and "withheld" not in row["reason"], row
+    again = run([ROOT / "course", "feedback", "--course", course, "--accept", "erin"], env)
+    assert f"{len(final)} cell(s) were accepted already for these same answers" in again.stdout, again.stdout
+    assert feedback.read_text(encoding="utf-8") != page_before  # the learner's page made again
+
+    refused = run([ROOT / "course", "feedback", "--course", course, "--accept", "bob"], env, check=False)
+    assert refused.returncode != 0 and "--accept bob: no flagged automatic result" in refused.stderr, refused
 
 
 @pytest.mark.slow

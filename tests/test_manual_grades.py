@@ -1,7 +1,10 @@
 """Manual grading is the instructor's: what formgrader records (manual
-scores and comments, extra credit, a notebook's flag) survives a
-`--student` regrade and a run that was going when it was entered, exactly
-as serial `nbgrader autograde` keeps it for the same edits."""
+scores and comments, extra credit, a notebook's flag) survives a run that
+was going when it was entered, exactly as serial `nbgrader autograde` keeps
+it for the same edits. On the deadline-day class (test_deadline_day.py):
+a `--student` regrade keeps them as serial nbgrader does (its ann is
+reviewed and flagged in formgrader), and `./course feedback --accept`
+puts a flagged result's scores back as automatic scores, cell by cell."""
 import shutil
 import subprocess
 import time
@@ -10,7 +13,7 @@ import nbformat
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
-from helpers import GRADE_LIMITS, grade, nbgrader, read_grades, run
+from helpers import GRADE_LIMITS, grade, nbgrader
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
@@ -57,18 +60,6 @@ def submissions(tmp_path, students):
     return subs
 
 
-def test_a_student_regrade_keeps_what_formgrader_recorded(tmp_path, env, generated_course):
-    course = generated_course(tmp_path / "course")
-    subs = submissions(tmp_path, {"ann": "nodonate", "bob": "partial"})
-    grade(env, subs, "--course", course, *GRADE_LIMITS)
-    formgrader_edit(course, "ann")
-    expected = serial_state(course, tmp_path, "ann", "serial", env)
-    grade(env, subs, "--course", course, "--student", "ann", *GRADE_LIMITS)
-    ours = manual_state(course, "ann")
-    assert ours == expected, (ours, expected)
-    assert (ours["manual"], ours["extra"], ours["flagged"]) == (1.5, 0.5, True)
-
-
 def test_a_formgrader_edit_made_during_a_run_is_kept(tmp_path, env, generated_course):
     course = generated_course(tmp_path / "course")
     subs = submissions(tmp_path, {"bob": "nodonate"})
@@ -93,47 +84,3 @@ def test_a_formgrader_edit_made_during_a_run_is_kept(tmp_path, env, generated_co
     assert {k: ours[k] for k in ("manual", "extra", "comment", "flagged")} == \
         {k: edited[k] for k in ("manual", "extra", "comment", "flagged")}, (ours, edited)
     assert ours == serial_state(course, tmp_path, "bob", "serial", env)
-
-
-def test_accepting_a_flagged_result_puts_the_checks_scores_back_not_as_manual_scores(tmp_path, env, generated_course):
-    from nbgrader.api import Gradebook
-
-    course = generated_course(tmp_path / "course")
-    subs = submissions(tmp_path, {"ann": "partial"})
-    nb = nbformat.read(subs / f"ann_{EX}.ipynb", as_version=4)
-    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == COMMENTED)
-    answer.source = "import os  # outside the policy: flagged, though the answer is right\n" + answer.source
-    nbformat.write(nb, subs / f"ann_{EX}.ipynb")
-    grade(env, subs, "--course", course, *GRADE_LIMITS)
-    before = read_grades(course / ".grading" / "grades.csv")["ann"]
-    assert (before["status"], float(before[EX])) == ("flagged", 0.0), before
-
-    def cells():
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-            nb_ = gb.find_submission_notebook(EX, ASSIGNMENT, "ann")
-            return {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.max_score) for g in nb_.grades}
-
-    feedback = course / ".grading" / "feedback" / "ann.html"
-    page_before = feedback.read_text(encoding="utf-8")
-    one = run([ROOT / "course", "feedback", "--course", course, "--accept", "ann", "--cell", CELL], env)
-    assert "accepted the automatic result of 1 flagged cell(s)" in one.stdout, one.stdout
-    after_one = cells()
-    # the full score the check gave, as its automatic score (not a manual one), no longer waiting
-    assert after_one[CELL] == (after_one[CELL][3], None, False, after_one[CELL][3])
-    assert all(needs and auto == 0 and manual is None for name, (auto, manual, needs, _) in after_one.items()
-               if name != CELL)
-    grades_ = read_grades(course / ".grading" / "grades.csv")["ann"]
-    assert grades_["status"] == "flagged"  # cells still wait: not yet the instructor's whole decision
-
-    run([ROOT / "course", "feedback", "--course", course, "--accept", "ann"], env)
-    final = cells()
-    assert all(auto == top and manual is None and not needs for auto, manual, needs, top in final.values()), final
-    row = read_grades(course / ".grading" / "grades.csv")["ann"]
-    assert (row["status"], float(row[EX])) == ("ok", COURSE.points[EX]), row  # the notebook's points
-    assert "flagged for the instructor" not in row["reason"] and "withheld" not in row["reason"], row
-    again = run([ROOT / "course", "feedback", "--course", course, "--accept", "ann"], env)
-    assert f"{len(final)} cell(s) were accepted already for these same answers" in again.stdout, again.stdout
-    assert feedback.read_text(encoding="utf-8") != page_before  # the learner's page made again
-
-    refused = run([ROOT / "course", "feedback", "--course", course, "--accept", "bob"], env, check=False)
-    assert refused.returncode != 0 and "--accept bob: no flagged automatic result" in refused.stderr, refused
