@@ -65,7 +65,13 @@ def test_the_solved_course_gets_full_marks_with_and_without_the_compile_cache(tm
 
 # --- input formats, limits and bad input ---------------------------------------
 
-def test_zip_input_and_naming_rules(tmp_path, env, generated_course):
+def test_zip_input_and_naming_rules(tmp_path):
+    """A zip of a flat export, collected and staged by the run's own steps (collect.collect, collect.stage):
+    each file goes to the student its name says, ids exactly as named, macOS's junk skipped. That a zip's
+    files are graded as those students end to end: test_lms.py's Canvas and Moodle zips (their scores and
+    grades.csv's files column)."""
+    from donation_course.grading.collect import collect, stage
+
     files = tmp_path / "files"
     corpus.build(files)
     archive = tmp_path / "lms.zip"
@@ -73,12 +79,16 @@ def test_zip_input_and_naming_rules(tmp_path, env, generated_course):
         zf.write(files / f"partial_{EX}.ipynb", "export/Alice.ipynb")  # <student>.ipynb
         zf.write(files / f"wrongvalue_{EX}.ipynb", f"export/bob_{EX}.ipynb")  # <student>_<notebook>
         zf.writestr("__MACOSX/._junk.ipynb", "junk")
-    course = generated_course(tmp_path / "course")
-    grade(env, archive, "--course", course, *LIMITS)
-    rows = read_csv(course / ".grading" / "grades.csv")
-    assert set(rows) == {"Alice", "bob"}  # ids exactly as named (no lower-casing)
-    assert float(rows["Alice"][EX]) == corpus.MAX and float(rows["bob"][EX]) == corpus.CASES["wrongvalue"][1]
-    assert rows["Alice"]["files"] == "export/Alice.ipynb"
+    found, preset = collect(archive, COURSE.notebooks, ASSIGNMENT, tmp_path / "work", exercise=EX)
+    assert preset == "flat" and not found.problems, found.problems
+    assert {s: {nb: f.rel for nb, f in nbs.items()} for s, nbs in found.students.items()} == {
+        "Alice": {EX: "export/Alice.ipynb"}, "bob": {EX: f"export/bob_{EX}.ipynb"}}  # ids exactly as named
+    for nbs in found.students.values():
+        stage(nbs, tmp_path / "submitted", ASSIGNMENT)
+    staged = {p.relative_to(tmp_path / "submitted").as_posix(): p.read_bytes()
+              for p in (tmp_path / "submitted").rglob("*.ipynb")}
+    assert staged == {f"Alice/{ASSIGNMENT}/{EX}.ipynb": (files / f"partial_{EX}.ipynb").read_bytes(),
+                      f"bob/{ASSIGNMENT}/{EX}.ipynb": (files / f"wrongvalue_{EX}.ipynb").read_bytes()}
 
 
 def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env, generated_course):
