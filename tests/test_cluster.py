@@ -127,6 +127,18 @@ def over(run: subprocess.Popen, log: Path) -> bool:
     return run.poll() is not None or "refused worker" in log.read_text()
 
 
+def stop(run: subprocess.Popen) -> None:
+    """A run a failed test leaves: Ctrl-C, which puts the scheduler's allowed-failures back (a killed run
+    leaves it at 1, and the Ctrl-C test after it fails); SIGKILL if that does not end it."""
+    if run.poll() is None:
+        run.send_signal(signal.SIGINT)
+        try:
+            run.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+
+
 def start_run(course: Path, files: Path, limits: list, cluster, env: dict, log: Path) -> subprocess.Popen:
     with open(log, "w") as out:
         return subprocess.Popen([COURSE_CMD, "grade", files, "--course", course, *limits,
@@ -234,8 +246,7 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=120) == 130, (held, log.read_text())
     finally:
-        if run.poll() is None:
-            run.kill()
+        stop(run)
     # the run exits only once each worker has stopped its grading processes and removed their files
     assert not grading_processes(cluster), describe(grading_processes(cluster))
     scratch = scratch_folders(cluster, "w1") + scratch_folders(cluster, "w2")
@@ -268,8 +279,7 @@ def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpu
             cluster.kill_group("w1")
             assert run.wait(timeout=400) == 0, log.read_text()
         finally:
-            if run.poll() is None:
-                run.kill()
+            stop(run)
         rows = read_grades(course / ".grading" / "grades.csv")  # fails on a student listed twice
         assert {s: float(rows[s][EX]) for s in rows} == {s: corpus.CASES[s][1] for s in students}
         assert set(gradebook_scores(course)) == set(students)
