@@ -14,7 +14,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
-from helpers import GRADE_LIMITS, grade, nbgrader, read_grades
+from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
 NBS = COURSE.notebooks
@@ -39,17 +39,22 @@ def gradebook(course):
                                s.timestamp) for s in gb.find_assignment(ASSIGNMENT).submissions}
 
 
-def late_course(course, env):
+def late_course(course):
     """The scratch course `course` (a generated one), made one whose late
     penalty is nbgrader's LateSubmissionPlugin ('zero'), with a due date in
-    the gradebook, on which the grader's first step (prepare: nbgrader's
-    generate_assignment, for the changed config) has run."""
+    the gradebook (what `nbgrader db assignment add --duedate` writes, through
+    nbgrader's own API: test_deadline_day.py runs the command), on which the
+    grader's first step (prepare: nbgrader's generate_assignment, for the
+    changed config) has run."""
+    from nbgrader.api import Gradebook
+
     from donation_course.course import Course
     from donation_course.grading.prepare import prepare
 
     with open(course / "nbgrader_config.py", "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-    nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}", env=env)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE.course_id) as gb:
+        gb.update_or_create_assignment(ASSIGNMENT, duedate=DUE)  # the command's own call
     prepare(Course(course), course / ".grading", say=print)
     return course
 
@@ -210,17 +215,15 @@ def test_zip_entries_outside_the_export_are_refused(tmp_path):
     assert extracted == [f"out/export/in/ok_1_2_{EX}.ipynb"]
 
 
-def test_merge_is_one_transaction(tmp_path, released_course):
+def test_merge_is_one_transaction(tmp_path, generated_course):
     """A result that fails half-way leaves the gradebook as it was."""
     from nbgrader.api import Gradebook, MissingEntry
 
     from donation_course.grading.gradebook import merge
     from donation_course.grading.result import CellGrade, NotebookResult, StudentResult
 
-    db = tmp_path / "gradebook.db"
-    shutil.copy(released_course / "gradebook.db", db)
+    db = generated_course(tmp_path / "course") / "gradebook.db"  # the assignment, as generate_assignment wrote it
     bad = StudentResult.graded("half", {EX: NotebookResult(grades=[CellGrade("no-such-cell", 1, auto_score=1)])})
-    # (the shared course may already hold students another test graded there)
     with Gradebook(f"sqlite:///{db}") as gb:
         before = sorted((s.id, s.last_name) for s in gb.students)
         with pytest.raises(MissingEntry):
@@ -271,7 +274,7 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env,
         dest.mkdir(parents=True)
         shutil.copy(answer[key], dest / f"{EX}.ipynb")
 
-    course = late_course(generated_course(tmp_path / "course"), env)
+    course = late_course(generated_course(tmp_path / "course"))
     serial = shutil.copytree(course, tmp_path / "serial")  # the same course, for serial nbgrader below
     grade(env, _zip(canvas, tmp_path / "canvas.zip"), "--course", course, *LIMITS)
     grade(env, bb, "--course", course, *LIMITS)
@@ -294,7 +297,7 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env,
     # serial nbgrader autograde on the same staged submissions (timestamp.txt included),
     # in the copy of the course made before our runs
     shutil.copytree(course / "submitted", serial / "submitted")
-    nbgrader(serial, "autograde", ASSIGNMENT, "--force", env=env, timeout=900)
+    nbgrader(serial, "autograde", ASSIGNMENT, "--force", env=env, timeout=900 * LIMIT_SCALE)
     theirs = gradebook(serial)
     assert {s: v[:2] for s, v in theirs.items()} == {s: v[:2] for s, v in ours.items()}
     assert {s: v[2] for s, v in theirs.items()} == {s: v[2] for s, v in ours.items()}
