@@ -301,6 +301,21 @@ def _state(w, b, mw, mb, count) -> list:
             device(np.asarray(mw, f))]
 
 
+def _pointers(names, state: list) -> dict:
+    """{leaf name: its buffer's address}, read before a step donates the leaves."""
+    return {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(names, state, strict=True)}
+
+
+def _expect_donated_and_reused(before: dict, state: list, out: dict, when: str) -> None:
+    """Every leaf of `state` was donated (deleted `when`), and each one's buffer is an output leaf's."""
+    if any(not leaf.is_deleted() for leaf in state):
+        fail(f"a leaf of params or opt_state is still alive {when}: it was not donated.")
+    after = {leaf.unsafe_buffer_pointer() for leaf in out.values()}
+    lost = [n for n, pointer in before.items() if pointer not in after]
+    if lost:
+        fail(f"no output of its program reuses the buffer of {', '.join(lost)}.")
+
+
 def _step(loaded, state: list, x, y) -> dict:
     program = loaded[0]
     outs = call(loaded, [*state, x, y])
@@ -374,14 +389,9 @@ def cap_reuse(p: Programs) -> str:
     loaded = p.get(8)
     x, y, w, b = _data(23)
     state = _state(w, b, w * 0, b * 0, 0)
-    before = {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(STATE, state, strict=False)}
+    before = _pointers(STATE, state)
     out = _step(loaded, state, device(x), device(y))
-    if any(not leaf.is_deleted() for leaf in state):
-        fail("a leaf of params or opt_state is still alive after the step: it was not donated.")
-    after = {leaf.unsafe_buffer_pointer() for leaf in out.values()}
-    lost = [n for n, pointer in before.items() if pointer not in after]
-    if lost:
-        fail(f"no output of its program reuses the buffer of {', '.join(lost)}.")
+    _expect_donated_and_reused(before, state, out, "after the step")
     return "every leaf of params and opt_state lends its buffer to an output of its program."
 
 
@@ -570,14 +580,9 @@ def l3_reuse_and_loop(p: Programs, steps: int = 20) -> str:
     rng = np.random.default_rng(34)
     batch, _ = _l3_batch(rng)
     state, _ = _l3_state(rng)
-    before = {n: leaf.unsafe_buffer_pointer() for n, leaf in zip(L3_STATE, state, strict=True)}
+    before = _pointers(L3_STATE, state)
     out = _l3_step(loaded, batch, state)
-    if any(not leaf.is_deleted() for leaf in state):
-        fail("a leaf of params or opt_state is still alive after a step of its program: it was not donated.")
-    after = {leaf.unsafe_buffer_pointer() for leaf in out.values()}
-    lost = [n for n, pointer in before.items() if pointer not in after]
-    if lost:
-        fail(f"no output of its program reuses the buffer of {', '.join(lost)}.")
+    _expect_donated_and_reused(before, state, out, "after a step of its program")
     state = [out[n] for n in L3_OUTPUTS[:4]]
     del out, batch
     start, kept = live_count(), 0
