@@ -12,7 +12,16 @@ import pytest
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, ROOT, Course
 from donation_course.lesson_size import main_path
-from helpers import GRADE_LIMITS, assert_only_tagged_cells_raise, grade, gradebook_scores, make_course, read_grades, run
+from helpers import (
+    GRADE_LIMITS,
+    LIMIT_SCALE,
+    assert_only_tagged_cells_raise,
+    grade,
+    gradebook_scores,
+    make_course,
+    read_grades,
+    run,
+)
 
 ASSIGNMENT = COURSE.assignment
 COURSE_CMD = ROOT / "course"
@@ -104,12 +113,13 @@ def test_whole_submission_time_limit_stops_an_uninterruptible_loop(tmp_path, env
                            "    except KeyboardInterrupt:\n        pass\n")
     nbformat.write(nb, files / f"stubborn_{EX}.ipynb")
     course = generated_course(tmp_path / "course")
-    # 40 s: the limit is the whole submission's, partial's too, which takes
-    # 3 s on an idle machine and well over 10 s beside a CPU-burning process
-    grade(env, files, "--course", course, "--workers", "2", "--timeout", "40", "--cell-timeout", "60",
-          "--no-progress")
+    # 40 s on a quiet machine: the limit is the whole submission's, partial's too, which takes
+    # 3 s on an idle machine and well over 10 s beside a CPU-burning process (scaled with the load)
+    limit = round(40 * LIMIT_SCALE)
+    grade(env, files, "--course", course, "--workers", "2", "--timeout", str(limit),
+          "--cell-timeout", str(limit + 20), "--no-progress")
     rows = read_csv(course / ".grading" / "grades.csv")
-    assert rows["stubborn"]["status"] == "timeout" and "40 s" in rows["stubborn"]["reason"]
+    assert rows["stubborn"]["status"] == "timeout" and f"{limit} s" in rows["stubborn"]["reason"]
     assert float(rows["partial"][EX]) == corpus.MAX  # the rest of the class is still graded
     assert gradebook_scores(course)["stubborn"][EX] == 0
 

@@ -25,6 +25,7 @@ from donation_course.grading.referee.combine import judged_cells
 from donation_course.grading.referee.screen import MAX_ELEMENTS, Refused, screen
 from donation_course.grading.referee.verdict import FAIL, PASS, UNJUDGED
 from donation_course.hidden import handover
+from helpers import LIMIT_SCALE
 
 EXERCISE_CHECKS = judge.checks_of(asks.EXERCISE)
 CAPSTONE_CHECKS = judge.checks_of(asks.CAPSTONE)
@@ -217,12 +218,15 @@ def test_honest_capstone_steps_pass_and_wrong_ones_fail_what_the_kernel_fails():
 
 # --- the server: hostile programs refused or capped, and the class goes on ------------------------------------
 
+REFEREE_SECONDS = round(8 * LIMIT_SCALE)  # an answer's wall-clock limit: 8 s on a quiet machine, scaled with its load
+
+
 @pytest.fixture(scope="module")
 def referee():
     from donation_course.grading.referee.client import Referee
     from donation_course.grading.sandbox import probe
 
-    ref = Referee(sandbox=probe() == "", memory_mb=2048, seconds=8)
+    ref = Referee(sandbox=probe() == "", memory_mb=2048, seconds=REFEREE_SECONDS)
     yield ref
     ref.close()
 
@@ -252,7 +256,7 @@ def test_an_endless_loop_is_stopped_at_the_time_limit_and_the_next_answer_is_jud
 
     verdicts = _judge(referee, jax.jit(endless, donate_argnums=0))
     assert {v["outcome"] for v in verdicts.values()} == {UNJUDGED}
-    assert all("after 8 s" in v["message"] for v in verdicts.values())
+    assert all(f"after {REFEREE_SECONDS} s" in v["message"] for v in verdicts.values())
     _honest_goes_on(referee)
 
 
@@ -266,7 +270,8 @@ def test_answers_share_a_child_and_one_stopped_at_its_limit_leaves_the_next_its_
                             "capstone": _handover(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1)))})
     verdicts = {v["check"]: v for v in judged.verdicts}
     assert set(verdicts) == set(EXERCISE_CHECKS) | set(CAPSTONE_CHECKS)
-    assert all(verdicts[c]["outcome"] == UNJUDGED and "after 8 s" in verdicts[c]["message"] for c in EXERCISE_CHECKS)
+    stopped = f"after {REFEREE_SECONDS} s"
+    assert all(verdicts[c]["outcome"] == UNJUDGED and stopped in verdicts[c]["message"] for c in EXERCISE_CHECKS)
     assert {verdicts[c]["outcome"] for c in CAPSTONE_CHECKS} == {PASS}
     # and the other way round: an honest answer first, judged, then the endless one stopped
     judged = referee.judge({"capstone": _handover(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1))),

@@ -16,7 +16,7 @@ from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
 from donation_course.grading.audit import end_source
 from donation_course.grading.scan import scan_notebook, scan_source
-from helpers import GRADE_LIMITS, grade, gradebook_scores, make_course, read_grades
+from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, gradebook_scores, make_course, read_grades
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
@@ -347,8 +347,8 @@ def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tm
             cell.source = corpus.PARTIAL + "for i in range(200):\n    print('x' * 100_000)\n"
     nbformat.write(nb, files / f"flood_{EX}.ipynb")
     course = generated_course(tmp_path / "course")
-    grade({**env, **HOSTILE_ENV}, files, "--course", course, "--workers", "2", "--timeout", "150",
-          "--cell-timeout", "15", "--no-progress")
+    grade({**env, **HOSTILE_ENV}, files, "--course", course, "--workers", "2",
+          "--timeout", str(round(150 * LIMIT_SCALE)), "--cell-timeout", str(round(15 * LIMIT_SCALE)), "--no-progress")
     rows = read_grades(course / ".grading" / "grades.csv")
     for student in SMALL_CLASS:
         _, score, status, reason = corpus.CASES[student]
