@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from donation_course.grading import scratch
 from donation_course.grading.referee import client
 
 MAKE = ("import os, signal, sys; from donation_course.grading.referee.client import Referee; "
@@ -27,7 +28,7 @@ def _owner_process(tmp_path: Path, end: str):
 def _gone(pid: int, within: float = 30) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if not client._started(pid):
+        if not scratch.started(pid):
             return True
         time.sleep(0.05)
     return False
@@ -36,7 +37,7 @@ def _gone(pid: int, within: float = 30) -> bool:
 @pytest.mark.slow  # starts referee servers (each imports JAX)
 def test_a_referee_ends_with_its_process_folder_and_server(tmp_path):
     proc, folder, server = _owner_process(tmp_path, "sys.exit(0)")
-    assert folder.parent == tmp_path and (folder / client.OWNER).read_text().split()[0] == str(proc.pid)
+    assert folder.parent == tmp_path and (folder / scratch.OWNER).read_text().split()[0] == str(proc.pid)
     proc.communicate("\n", timeout=60)
     assert proc.returncode == 0
     assert not folder.exists()
@@ -59,7 +60,7 @@ def test_a_killed_owners_folder_is_removed_by_the_next_referee_and_a_living_owne
         # a pid reused by another process is not the owner: the mark holds its start time too
         reused = tmp_path / f"{client.PREFIX}reused"
         reused.mkdir()
-        (reused / client.OWNER).write_text(f"{os.getpid()} 1")
+        (reused / scratch.OWNER).write_text(f"{os.getpid()} 1")
         assert client.remove_stale(tmp_path) == [reused]
     finally:
         living.communicate("\n", timeout=60)

@@ -22,10 +22,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ..course import Course
+from .scratch import mark_owner, remove_orphans
 from .zygote import kill_tree, zygote
 
 SCRATCH_PREFIX = "dlc-"  # in /tmp: a kernel's socket path has at most 107 bytes
-OWNER = "owner-pid"      # in a scratch folder: the dask worker process it belongs to
 SAMPLE_EVERY = 0.1       # seconds between samples of the kernels' memory and CPU time
 READY_WITHIN = 300       # seconds a grading process may take to start
 
@@ -61,15 +61,7 @@ def stop(grader: Grader, kill: bool) -> None:
 
 def remove_stale_scratch() -> None:
     """Scratch folders of grading processes whose dask worker was killed (nothing else removed them)."""
-    import psutil
-
-    for folder in Path("/tmp").glob(f"{SCRATCH_PREFIX}*"):
-        try:
-            owner = int((folder / OWNER).read_text())
-        except (OSError, ValueError):
-            continue
-        if not psutil.pid_exists(owner):
-            shutil.rmtree(folder, ignore_errors=True)
+    remove_orphans(Path("/tmp"), SCRATCH_PREFIX)
 
 
 def start(course: Path, job, local_directory: str) -> Grader:
@@ -78,7 +70,7 @@ def start(course: Path, job, local_directory: str) -> Grader:
 
     remove_stale_scratch()
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir="/tmp"))
-    (scratch / OWNER).write_text(str(os.getpid()))
+    mark_owner(scratch)  # the dask worker process it belongs to
     logs = Path(local_directory) / "donation-course-logs"
     logs.mkdir(exist_ok=True)
     log = logs / f"grader-{scratch.name}.log"

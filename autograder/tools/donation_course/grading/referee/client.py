@@ -10,8 +10,8 @@ RefereeFailed (the worker reports the student as not graded, never zeros),
 and the next student starts a new server.
 
 Its scratch folder (TMPDIR/referee-*: the server's working and runtime
-folders) names its owner, the process that made it (OWNER: pid and start
-time). The owner removes it with the server on `close`, which runs at the
+folders) names its owner, the process that made it (scratch.py: pid and
+start time). The owner removes it with the server on `close`, which runs at the
 owner's exit too (atexit, and the worker's own shutdown, since a forked
 worker ends without atexit); a folder whose owner was killed is removed by
 the next referee made in the same TMPDIR (`remove_stale`).
@@ -30,41 +30,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..scratch import mark_owner, remove_orphans
 from .asks import ANSWERS
 
 PREFIX = "referee-"    # the scratch folder's name in TMPDIR
-OWNER = "owner"        # in the scratch folder: "<pid> <start time>" of the process that made it
 SECONDS = 20           # per answer: compile and run all its checks' programs
 START_SECONDS = 120    # importing JAX in the sandbox, on a busy machine
 
 
-def _started(pid: int) -> str:
-    """A process's start time (field 22 of /proc/PID/stat, in clock ticks since boot), "" if it is gone: with
-    the pid, it names one process (a pid can be reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def owner_mark() -> str:
-    return f"{os.getpid()} {_started(os.getpid())}"
-
-
 def remove_stale(folder: Path) -> list:
     """Remove the referee scratch folders in `folder` whose owner process is gone; return them."""
-    removed = []
-    for found in folder.glob(f"{PREFIX}*"):
-        try:
-            pid, started = (found / OWNER).read_text().split()
-            alive = _started(int(pid)) == started
-        except (OSError, ValueError):
-            continue  # not a referee's, or not yet marked
-        if not alive:
-            shutil.rmtree(found, ignore_errors=True)
-            removed.append(found)
-    return removed
+    return remove_orphans(folder, PREFIX)
 
 
 class RefereeFailed(RuntimeError):
@@ -97,7 +73,7 @@ class Referee:
         if self.folder is not None:  # a server that died: its folder goes with it
             shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = Path(tempfile.mkdtemp(prefix=PREFIX))
-        (self.folder / OWNER).write_text(owner_mark())
+        mark_owner(self.folder)
         work, runtime = self.folder / "work", self.folder / "runtime"
         work.mkdir()
         runtime.mkdir()
