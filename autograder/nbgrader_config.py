@@ -46,9 +46,9 @@ c.GenerateSolution.preprocessors = [
 ]
 
 # Feedback HTML: strip hidden-test source and tracebacks from grade cells,
-# keeping each check's learner message (autograder/tools/donation_course/grading/feedback.py).
+# keeping each check's learner message (autograder/tools/donation_course/grading/reports/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "donation_course.grading.feedback.StripHiddenTests",
+    "donation_course.grading.reports.feedback.StripHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

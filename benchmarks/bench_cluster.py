@@ -34,8 +34,8 @@ from bench_grading import ROOT, submissions
 
 from donation_course.authoring import scratch_course
 from donation_course.course import Course
-from donation_course.grading.cluster_log import percentile
-from donation_course.grading.prepare import prepare
+from donation_course.grading.executors.cluster_log import percentile
+from donation_course.grading.run.prepare import prepare
 
 LIMITS = ["--timeout", "300", "--no-progress"]
 

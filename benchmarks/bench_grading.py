@@ -18,7 +18,7 @@ Figures, all measured here on the same machine in the same run:
      audit off (c.GradingSettings.audit = False), same submissions, same run
      (target: at most 10% slower); `--no-sandbox` with the audit on gives the
      audit's own share. All read the course's compile cache (what the
-     source's hidden tests compiled, grading/compile_cache.py); a sandboxed
+     source's hidden tests compiled, grading/run/compile_cache.py); a sandboxed
      `--no-compile-cache` run shows what the cache saves.
   --sandbox-only measures figure 3 alone.
   --cold: figure 1 on fresh courses alone, `--rounds` times, serial and

@@ -139,7 +139,7 @@ def course_template(tmp_path_factory):
     compile cache is filled, the state file records from what). Made once
     per session: the first xdist worker to need it builds it, under a lock,
     in the folder the workers share. See `generated_course`."""
-    from donation_course.grading.prepare import prepare
+    from donation_course.grading.run.prepare import prepare
 
     def build(folder: Path) -> None:
         make_course(folder)

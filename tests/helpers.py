@@ -108,7 +108,7 @@ def grade(env, *args, check=True, cwd=ROOT, timeout=None):
     A run that graded the class passes the check whether or not students need the instructor
     (exit 0 or run.EXIT_NEEDS_YOU); tests of who needs the instructor assert the code themselves.
     `timeout`: 600 s, scaled with the machine's load (LIMIT_SCALE), unless given."""
-    from donation_course.grading.run import EXIT_ALL_GRADED, EXIT_NEEDS_YOU
+    from donation_course.grading.run.steps import EXIT_ALL_GRADED, EXIT_NEEDS_YOU
 
     r = subprocess.run([str(COURSE_CMD), "grade", *map(str, args)], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=timeout or 600 * LIMIT_SCALE)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psutil
 
-from donation_course.grading.zygote import kill_all
+from donation_course.grading.executors.zygote import kill_all
 from helpers import COURSE_CMD, free_port
 
 # a grading kernel's process, at each step of its launch (kernel.py, bwrap, the kernel itself)
-KERNEL_WORDS = ("grading.kernel", "bwrap", "ipykernel", "grading.audit")
+KERNEL_WORDS = ("grading.integrity.kernel", "bwrap", "ipykernel", "grading.integrity.audit")
 MARKER = "DONATION_LAB_TEST_CLUSTER"  # in the environment of every process this module starts, and their children
 
 
@@ -95,7 +95,7 @@ class Cluster:
 def grading_processes(cluster: Cluster) -> list[psutil.Process]:
     """The workers' grading processes and their kernels (not dask's own processes, nor a worker's zygote)."""
     return [p for p in cluster.ours() if _name(p) != "dl-zygote"  # the worker's pre-imported grader stays
-            and any(k in " ".join(_cmdline(p)) for k in ("grading.zygote", *KERNEL_WORDS))]
+            and any(k in " ".join(_cmdline(p)) for k in ("grading.executors.zygote", *KERNEL_WORDS))]
 
 
 def scratch_folders(cluster: Cluster, name: str) -> list[Path]:
@@ -109,7 +109,7 @@ def kernels_of(cluster: Cluster, name: str) -> list[psutil.Process]:
         tree = psutil.Process(cluster.procs[name].pid).children(recursive=True)
     except psutil.Error:
         return []
-    return [p for p in tree if any(k in " ".join(_cmdline(p)) for k in ("grading.audit", "ipykernel"))]
+    return [p for p in tree if any(k in " ".join(_cmdline(p)) for k in ("grading.integrity.audit", "ipykernel"))]
 
 
 def zygotes_of(cluster: Cluster, name: str) -> list[psutil.Process]:

@@ -27,7 +27,7 @@ class Student:
 
 def cells_of(course: Course) -> dict:
     """{notebook: [(grade id, points)]} of the assignment, from the gradebook."""
-    from donation_course.grading.gradebook import open_gradebook
+    from donation_course.grading.results.gradebook import open_gradebook
 
     with open_gradebook(course) as gb:
         return {nb.name: [(c.name, c.max_score) for c in nb.grade_cells]
@@ -35,7 +35,7 @@ def cells_of(course: Course) -> dict:
 
 
 def result_of(sid: str, spec: Student, cells: dict):
-    from donation_course.grading.result import CellGrade, NotebookResult, Status, StudentResult
+    from donation_course.grading.results.result import CellGrade, NotebookResult, Status, StudentResult
 
     if spec.kind == "error":
         return StudentResult.failed(sid, "the kernel died while running the notebook")
@@ -68,8 +68,8 @@ def score_by_hand(gb, assignment: str, sid: str, by_hand: dict, cells: dict) -> 
 
 def build_class(course_dir, students: dict) -> dict:
     """Merge `students` ({id: Student}) into the course's gradebook, with a due date; return their Summaries."""
-    from donation_course.grading.gradebook import merge, open_gradebook
-    from donation_course.grading.report import summarize
+    from donation_course.grading.reports.report import summarize
+    from donation_course.grading.results.gradebook import merge, open_gradebook
 
     course = Course(course_dir)
     cells = cells_of(course)

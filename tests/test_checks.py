@@ -259,7 +259,8 @@ def test_the_hidden_checks_loaded_at_kernel_start_leave_the_device_count_to_the_
     import subprocess
     import sys
 
-    code = ("import os, sys\nfrom donation_course.grading.audit_policy import snapshot\nsnapshot(sys.modules)\n"
+    code = ("import os, sys\nfrom donation_course.grading.integrity.audit_policy import snapshot\n"
+            "snapshot(sys.modules)\n"
             "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\nimport jax\n"
             "print(len(jax.devices()))\n")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)

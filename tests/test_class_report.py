@@ -62,7 +62,7 @@ def from_gradebook(course: Course) -> dict:
 
 
 def test_the_class_report_shows_the_gradebooks_figures(tmp_path, generated_course):
-    from donation_course.grading.class_report import write_class_report
+    from donation_course.grading.reports.class_report import write_class_report
 
     course = Course(generated_course(tmp_path / "course"))
     summaries = build_class(course.root, CLASS)

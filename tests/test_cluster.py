@@ -156,7 +156,7 @@ def test_the_course_bundle_names_the_course_not_its_students(generated_course, t
     from nbgrader.api import Gradebook
 
     from donation_course.course import Course
-    from donation_course.grading import bundle
+    from donation_course.grading.executors import bundle
 
     course = Course(generated_course(tmp_path / "course"))
     before = bundle.build(course, compile_cache=True)

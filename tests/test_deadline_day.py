@@ -387,8 +387,8 @@ def test_feedback_all_says_what_it_did(story):
 
 @pytest.mark.parametrize("kind", sorted(broken_files()))
 def test_every_kind_of_broken_file_gets_one_line(tmp_path, kind):
-    from donation_course.grading.collect import notebook_problem
     from donation_course.grading.lms import collect_files
+    from donation_course.grading.submissions.collect import notebook_problem
 
     path = tmp_path / f"{kind}_{EX}.ipynb"
     path.write_bytes(broken_files()[kind])
@@ -402,7 +402,7 @@ def test_every_kind_of_broken_file_gets_one_line(tmp_path, kind):
 
 def test_extensions_file_rows_and_mistakes(tmp_path):
     from donation_course.course import Course, CourseError
-    from donation_course.grading.deadlines import duration, read_extensions
+    from donation_course.grading.run.deadlines import duration, read_extensions
 
     assert duration("2 days 6 hours") == dt.timedelta(days=2, hours=6)
     assert duration("36h") == duration("1 day, 12 h") == dt.timedelta(hours=36)
@@ -429,7 +429,7 @@ def test_extensions_file_rows_and_mistakes(tmp_path):
 
 
 def test_a_review_belongs_to_the_answers_it_was_made_on():
-    from donation_course.grading.reviews import capture, counts, reviewed_cells
+    from donation_course.grading.results.reviews import capture, counts, reviewed_cells
 
     def g(name, manual, needs, extra=None):
         return SimpleNamespace(name=name, manual_score=manual, needs_manual_grade=needs, extra_credit=extra)
@@ -481,11 +481,11 @@ def test_reviews_through_formgrader_follow_the_answers_in_process(tmp_path, gene
     from nbgrader.server_extensions.formgrader.apihandlers import GradeHandler
 
     from donation_course.course import Course
-    from donation_course.grading.deadlines import penalty_plugin
-    from donation_course.grading.exports import lms_grade
-    from donation_course.grading.gradebook import Answers, Deadline, merge_result
-    from donation_course.grading.report import row_of, summarize
-    from donation_course.grading.result import CellGrade, NotebookResult, StudentResult
+    from donation_course.grading.reports.exports import lms_grade
+    from donation_course.grading.reports.report import row_of, summarize
+    from donation_course.grading.results.gradebook import Answers, Deadline, merge_result
+    from donation_course.grading.results.result import CellGrade, NotebookResult, StudentResult
+    from donation_course.grading.run.deadlines import penalty_plugin
 
     course = Course(generated_course(tmp_path / "course"))
     deadline = Deadline(penalty_plugin(course), None)

@@ -80,8 +80,8 @@ def test_one_receipt_names_the_assignment_for_every_file(tmp_path):
 
 
 def test_the_timezone_defaults_to_the_courses_nbgrader_timezone(tmp_path, generated_course):
-    from donation_course.grading.cli import parser, settings_from
     from donation_course.grading.lms import course_timezone
+    from donation_course.grading.run.cli import parser, settings_from
 
     course = generated_course(tmp_path / "course")
     assert course_timezone(Course(course).config) == "UTC"
@@ -114,10 +114,10 @@ def test_a_notebook_of_another_course_is_one_problem_line(tmp_path):
 # --- the import files: tests/test_lms_imports.py ------------------------------------
 
 def test_display_names_never_overwrite_the_roster(tmp_path, generated_course):
-    from donation_course.grading.gradebook import open_gradebook
     from donation_course.grading.lms import roster_fields
-    from donation_course.grading.report import row_of
-    from donation_course.grading.result import Summary
+    from donation_course.grading.reports.report import row_of
+    from donation_course.grading.results.gradebook import open_gradebook
+    from donation_course.grading.results.result import Summary
 
     course = Course(generated_course(tmp_path / "course"))
     build_class(course.root, {"1002": Student({EX: 1.0})})
@@ -182,13 +182,13 @@ def test_a_blackboard_class_is_graded_exported_and_fed_back_after_manual_grading
 
 
 def run_passes_the_timezone() -> bool:
-    from donation_course.grading.run import Run
+    from donation_course.grading.run.steps import Run
 
     return "timezone" in inspect.getsource(Run.collect)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not run_passes_the_timezone(), reason="run.py does not pass settings.timezone to collect yet")
+@pytest.mark.skipif(not run_passes_the_timezone(), reason="run/steps.py does not pass settings.timezone to collect yet")
 def test_blackboard_times_are_the_courses_local_time_around_the_due_date(tmp_path, env, generated_course):
     """Due 12:00 UTC (13:00 in Berlin); attempts at 12:59 and 13:01 Berlin time: on time, and late."""
     files = tmp_path / "corpus"

@@ -79,7 +79,7 @@ def test_zip_input_and_naming_rules(tmp_path):
     each file goes to the student its name says, ids exactly as named, macOS's junk skipped. That a zip's
     files are graded as those students end to end: test_lms.py's Canvas and Moodle zips (their scores and
     grades.csv's files column)."""
-    from donation_course.grading.collect import collect, stage
+    from donation_course.grading.submissions.collect import collect, stage
 
     files = tmp_path / "files"
     corpus.build(files)
@@ -172,7 +172,7 @@ def test_workers_that_cannot_start_stop_the_run_with_one_line_and_no_zeros(tmp_p
 # --- units ---------------------------------------------------------------------
 
 def test_only_a_kernel_lost_before_its_first_cell_is_tried_again():
-    from donation_course.grading.messages import died_at_startup
+    from donation_course.grading.reports.messages import died_at_startup
 
     # the start-up failures of the grading client (fastkernel.py) and jupyter_client
     assert died_at_startup("RuntimeError: Kernel died before replying to kernel_info", "")
@@ -189,14 +189,14 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
     the grader's bar does not."""
     import threading
 
-    from donation_course.grading.pool import LocalPool
-    from donation_course.grading.settings import GradingSettings
-    from donation_course.grading.worker import WorkerJob
+    from donation_course.grading.executors.pool import LocalPool
+    from donation_course.grading.executors.worker import WorkerJob
+    from donation_course.grading.run.settings import GradingSettings
 
     count = ("import sys, threading\n{make}\nbar = progress_bar(3); bar.update()\n"
              "print(threading.active_count(), file=sys.__stdout__)")
     plain = "from tqdm import tqdm\nprogress_bar = lambda n: tqdm(total=n)"
-    ours = "from donation_course.grading.progress import progress_bar"
+    ours = "from donation_course.grading.run.progress import progress_bar"
     threads = {name: run([sys.executable, "-c", count.format(make=make)], env).stdout.split()
                for name, make in (("tqdm", plain), ("grader", ours))}
     assert threads == {"tqdm": ["2"], "grader": ["1"]}
@@ -216,7 +216,7 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
 
 def test_the_compile_cache_is_filled_again_only_when_what_it_ran_changes(tmp_path):
     from donation_course.course import Course
-    from donation_course.grading.prepare import cache_digest
+    from donation_course.grading.run.prepare import cache_digest
 
     course = Course(make_course(tmp_path / "course"))
     before = cache_digest(course)
@@ -231,7 +231,7 @@ def test_the_compile_cache_is_filled_again_only_when_what_it_ran_changes(tmp_pat
 
 
 def test_an_edit_to_the_hidden_checks_regrades_everyone_and_fills_the_cache_again(tmp_path, monkeypatch):
-    from donation_course.grading import prepare
+    from donation_course.grading.run import prepare
 
     course = Course(make_course(tmp_path / "course"))
     checks = tmp_path / "exercise.py"  # stands for donation_course/hidden/exercise.py
@@ -247,7 +247,7 @@ def test_an_edit_to_the_hidden_checks_regrades_everyone_and_fills_the_cache_agai
 
 
 def test_filling_the_compile_cache_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
-    from donation_course.grading.compile_cache import fill
+    from donation_course.grading.run.compile_cache import fill
 
     course = tmp_path / "course"
     course.mkdir()
@@ -266,7 +266,7 @@ def test_filling_the_compile_cache_leaves_nothing_in_the_temporary_folder(tmp_pa
 
 def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):
     from donation_course.course import Course
-    from donation_course.grading.compile_cache import fill, notebooks_with_hidden_tests
+    from donation_course.grading.run.compile_cache import fill, notebooks_with_hidden_tests
 
     course = Course(make_course(tmp_path / "course"))
     for path in notebooks_with_hidden_tests(course):
@@ -283,7 +283,7 @@ def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):
 
 
 def test_naming_rules_for_flat_exports(tmp_path):
-    from donation_course.grading.collect import collect
+    from donation_course.grading.submissions.collect import collect
 
     nbs = [EX, "01_why_donate"]  # the exercise is the one named, wherever it sorts
     for name in ("Alice.ipynb", f"bob_{EX}.ipynb", "carol_01_why_donate.ipynb", "dave_12345_late.ipynb"):
@@ -299,7 +299,7 @@ def test_naming_rules_for_flat_exports(tmp_path):
 
 
 def test_strip_hidden_keeps_public_source_and_learner_message():
-    from donation_course.grading.feedback import learner_message, strip_hidden
+    from donation_course.grading.reports.feedback import learner_message, strip_hidden
 
     src = "x = 1\n### BEGIN HIDDEN TESTS\nsecret()\n### END HIDDEN TESTS\ny = 2"
     out = strip_hidden(src)
@@ -389,7 +389,7 @@ def test_hidden_checks_are_not_fooled_by_redefined_helpers(hidden):
 def test_the_default_worker_count_follows_a_pods_cpu_limit(tmp_path, files, expected):
     import os
 
-    from donation_course.grading.settings import available_cores
+    from donation_course.grading.run.settings import available_cores
 
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

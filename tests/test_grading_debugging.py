@@ -50,7 +50,7 @@ def test_every_hidden_module_is_imported_at_kernel_start_and_watched_by_the_audi
     from pathlib import Path
 
     from donation_course import hidden
-    from donation_course.grading.audit_policy import WATCHED
+    from donation_course.grading.integrity.audit_policy import WATCHED
 
     modules = {f"donation_course.hidden.{p.stem}" for p in Path(hidden.__file__).parent.glob("*.py")
                if p.stem not in ("__init__", "safe")}

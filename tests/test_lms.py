@@ -49,7 +49,7 @@ def late_course(course):
     from nbgrader.api import Gradebook
 
     from donation_course.course import Course
-    from donation_course.grading.prepare import prepare
+    from donation_course.grading.run.prepare import prepare
 
     with open(course / "nbgrader_config.py", "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
@@ -200,7 +200,7 @@ def test_custom_name_regex(tmp_path):
 
 
 def test_zip_entries_outside_the_export_are_refused(tmp_path):
-    from donation_course.grading.collect import extract
+    from donation_course.grading.submissions.collect import extract
 
     archive = tmp_path / "x.zip"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -219,8 +219,8 @@ def test_merge_is_one_transaction(tmp_path, generated_course):
     """A result that fails half-way leaves the gradebook as it was."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from donation_course.grading.gradebook import merge
-    from donation_course.grading.result import CellGrade, NotebookResult, StudentResult
+    from donation_course.grading.results.gradebook import merge
+    from donation_course.grading.results.result import CellGrade, NotebookResult, StudentResult
 
     db = generated_course(tmp_path / "course") / "gradebook.db"  # the assignment, as generate_assignment wrote it
     bad = StudentResult.graded("half", {EX: NotebookResult(grades=[CellGrade("no-such-cell", 1, auto_score=1)])})

@@ -52,8 +52,8 @@ FILES = ("canvas-import.csv", "moodle-worksheet.csv", "moodle-grades.csv", "blac
 @pytest.fixture(scope="module")
 def lms_class(tmp_path_factory, generated_course):
     """(course, {sid: grades.csv row}) of the one class, graded into one gradebook."""
-    from donation_course.grading.gradebook import open_gradebook
-    from donation_course.grading.report import class_rows
+    from donation_course.grading.reports.report import class_rows
+    from donation_course.grading.results.gradebook import open_gradebook
 
     course = Course(generated_course(tmp_path_factory.mktemp("lms") / "course"))
     summaries = build_class(course.root, {sid: spec for sid, (spec, _, _) in CLASS.items()})
@@ -71,8 +71,8 @@ def lms_class(tmp_path_factory, generated_course):
 
 def export(course, rows, out, **traits):
     """write_exports for these rows (a class of one origin, or the whole one); the lines it says."""
-    from donation_course.grading.exports import export_settings, write_exports
-    from donation_course.grading.settings import GradingSettings
+    from donation_course.grading.reports.exports import export_settings, write_exports
+    from donation_course.grading.run.settings import GradingSettings
 
     settings = GradingSettings(config=course.config)
     for name, value in traits.items():
@@ -259,8 +259,8 @@ def test_blackboard_column_and_rows_come_from_the_grade_center_download(tmp_path
 
 @pytest.mark.parametrize("lms", ["canvas", "moodle", "blackboard"])
 def test_a_title_no_download_holds_stops_before_anything_is_written(tmp_path, lms_class, lms):
-    from donation_course.grading.exports import check_columns
-    from donation_course.grading.settings import GradingSettings
+    from donation_course.grading.reports.exports import check_columns
+    from donation_course.grading.run.settings import GradingSettings
 
     course, rows = lms_class
     download = {"canvas": canvas_download, "moodle": moodle_download,
@@ -271,7 +271,7 @@ def test_a_title_no_download_holds_stops_before_anything_is_written(tmp_path, lm
         check_columns(course, settings)
     line = str(raised.value)
     assert "\n" not in line and "Buffer Donation Lab" in line and "--lms-title" in line
-    from donation_course.grading.cli import parser, settings_from
+    from donation_course.grading.run.cli import parser, settings_from
 
     args = ["export.zip", "--course", str(course.root), f"--{lms}-column", str(download)]
     with pytest.raises(CourseError, match="candidates"):  # ./course grade stops before grading anyone
@@ -304,8 +304,8 @@ def test_the_export_plugins_work_as_nbgrader_exporters(tmp_path, lms_class):
     """`nbgrader export --exporter donation_course.grading.lms.canvas.CanvasExport`: nbgrader's own call."""
     from nbgrader.plugins import ExportPlugin
 
-    from donation_course.grading.gradebook import open_gradebook
     from donation_course.grading.lms.blackboard import BlackboardExport
+    from donation_course.grading.results.gradebook import open_gradebook
 
     course, _ = lms_class
     plugin = BlackboardExport(to=str(tmp_path / "bb.csv"), assignment=[A], student=["ann", "k.roe"])
@@ -319,8 +319,8 @@ def test_the_export_plugins_work_as_nbgrader_exporters(tmp_path, lms_class):
 
 def test_each_lms_is_one_registered_object_and_its_options_follow(lms_class):
     """--lms, detection, the column flag and the import files all come from the one registry."""
-    from donation_course.grading.cli import parser, settings_from
     from donation_course.grading.lms import REGISTRY, with_files
+    from donation_course.grading.run.cli import parser, settings_from
 
     course, _ = lms_class
     assert set(REGISTRY) == {"canvas", "moodle", "blackboard", "nbgrader", "flat"}

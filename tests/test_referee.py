@@ -223,8 +223,8 @@ REFEREE_SECONDS = round(8 * LIMIT_SCALE)  # an answer's wall-clock limit: 8 s on
 
 @pytest.fixture(scope="module")
 def referee():
+    from donation_course.grading.integrity.sandbox import probe
     from donation_course.grading.referee.client import Referee
-    from donation_course.grading.sandbox import probe
 
     ref = Referee(sandbox=probe() == "", memory_mb=2048, seconds=REFEREE_SECONDS)
     yield ref
@@ -375,7 +375,7 @@ def forged(tmp_path_factory, env, generated_course):
     grade(env, files, "--course", course, "--workers", "1", "--timeout", "300", "--cell-timeout", "30",
           "--no-progress")
     from donation_course.course import Course
-    from donation_course.grading.state import load_state
+    from donation_course.grading.run.state import load_state
 
     state = load_state(Course(course).state_file, print)
     return read_grades(course / ".grading" / "grades.csv"), state

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from donation_course.grading import scratch
+from donation_course.grading.executors import scratch
 from donation_course.grading.referee import client
 
 MAKE = ("import os, signal, sys; from donation_course.grading.referee.client import Referee; "

@@ -14,8 +14,8 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
-from donation_course.grading.audit import end_source
-from donation_course.grading.scan import scan_notebook, scan_source
+from donation_course.grading.integrity.audit import end_source
+from donation_course.grading.integrity.scan import scan_notebook, scan_source
 from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, gradebook_scores, make_course, read_grades
 
 ASSIGNMENT = COURSE.assignment
@@ -106,13 +106,13 @@ def run_in_sandbox(tmp_path, code, cache=None, trusted=()):
 import json, os, sys, tempfile
 from pathlib import Path
 from jupyter_client.manager import KernelManager
-from donation_course.grading.settings import GradingSettings
-from donation_course.grading.worker import KERNEL_NAME, make_kernelspec, new_student_dir, use_kernel_settings
+from donation_course.grading.run.settings import GradingSettings
+from donation_course.grading.executors.worker import KERNEL_NAME, make_kernelspec, new_student_dir, use_kernel_settings
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
 os.environ["DONATION_LAB_AUDIT_END"] = {TOKEN!r}  # as audit_log.MarkNotebookEnd sets it
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
-from donation_course.grading.scan import ALLOWED_MODULES
-from donation_course.grading.audit_log import parsed_digests
+from donation_course.grading.integrity.scan import ALLOWED_MODULES
+from donation_course.grading.integrity.audit_log import parsed_digests
 trusted = sorted(set().union(set(), *(parsed_digests(s) for s in json.loads(sys.argv[3]))))
 use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}, trusted, sorted(ALLOWED_MODULES)))
 runtime = new_student_dir(Path(tmp) / "w0")
@@ -127,7 +127,7 @@ for cell in json.loads(sys.argv[2]):
         cell, timeout=60,
         output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
 km.shutdown_kernel(now=True)
-from donation_course.grading.audit_log import read_records
+from donation_course.grading.integrity.audit_log import read_records
 audit = []
 for log in sorted(runtime.parent.glob("audit-*.log")):
     records, bad = read_records(log, bytes.fromhex(log.with_suffix(".key").read_text()))
@@ -183,7 +183,7 @@ for where in (".", "/tmp"):
 def test_the_kernels_runtime_folder_is_a_small_tmpfs_and_its_writes_never_reach_the_grader(tmp_path):
     """The folder that holds the connection file and the sockets is a tmpfs of sandbox.RUNTIME_BYTES inside (the
     grader reaches the sockets through links): 600 MB written there stop at its cap, and none of it is outside."""
-    from donation_course.grading.sandbox import RUNTIME_BYTES
+    from donation_course.grading.integrity.sandbox import RUNTIME_BYTES
 
     code = """
 import errno, os, sys
@@ -376,7 +376,7 @@ def test_without_bwrap_grading_stops_with_one_line(tmp_path, env):
 def test_feedback_strips_what_learner_code_printed_in_grade_cells_and_server_paths():
     from nbformat.v4 import new_code_cell, new_output
 
-    from donation_course.grading.feedback import StripHiddenTests
+    from donation_course.grading.reports.feedback import StripHiddenTests
 
     grade = new_code_cell("### BEGIN HIDDEN TESTS\nh.check_values(f)\n### END HIDDEN TESTS\n")
     grade.metadata["nbgrader"] = {"grade": True, "grade_id": "g", "points": 1}
@@ -584,8 +584,8 @@ def audit_verdict(out: str, cells: list, course_cells: list) -> list:
     learner's `cells` (scan.read_notebook; `course_cells` are the release's, the course's own)."""
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from donation_course.grading.audit_log import kernel_flags
-    from donation_course.grading.scan import read_notebook
+    from donation_course.grading.integrity.audit_log import kernel_flags
+    from donation_course.grading.integrity.scan import read_notebook
 
     scanned = read_notebook(new_notebook(cells=[new_code_cell(c) for c in cells]), "nb",
                             new_notebook(cells=[new_code_cell(c) for c in course_cells]))
@@ -655,7 +655,7 @@ def test_no_process_starts_once_the_kernel_is_up_whatever_is_on_the_stack(tmp_pa
 def test_lines_written_into_the_audit_channel_or_a_closed_channel_are_seen(tmp_path):
     """The learner can write to the channel's fd, or close it: forged lines
     fail their signature, and a closed channel misses the end record."""
-    from donation_course.grading.audit_log import kernel_flags
+    from donation_course.grading.integrity.audit_log import kernel_flags
 
     channel = "[fd for fd in range(3, 64) if os.path.exists(f'/proc/self/fd/{fd}') and " \
               "os.readlink(f'/proc/self/fd/{fd}').endswith('.log')]"
@@ -679,7 +679,7 @@ def test_a_forged_pass_line_is_seen_by_a_grader_that_never_imported_the_checks()
     script = textwrap.dedent(r'''
         import json, sys
         from nbformat.v4 import new_code_cell, new_output
-        from donation_course.grading.audit_log import kernel_flags, pass_lines
+        from donation_course.grading.integrity.audit_log import kernel_flags, pass_lines
         cell = new_code_cell("_dl_hidden.check_values(update_with_donate)")
         cell.outputs = [new_output("stream", name="stdout", text="\u2714 values: every case is right\n")]
         passes = pass_lines(cell)
@@ -701,7 +701,7 @@ def test_the_check_names_read_from_the_sources_are_the_ones_the_checks_register(
     import donation_course.hidden.capstone  # noqa: F401  (each @check adds its name to safe.NAMES)
     import donation_course.hidden.debugging  # noqa: F401
     import donation_course.hidden.exercise  # noqa: F401
-    from donation_course.grading.audit_log import hidden_check_names
+    from donation_course.grading.integrity.audit_log import hidden_check_names
     from donation_course.hidden.safe import NAMES
 
     assert hidden_check_names() == NAMES and len(NAMES) >= 15, (sorted(hidden_check_names()), sorted(NAMES))
@@ -761,9 +761,9 @@ def _scored(tmp_path, monkeypatch, outputs, signed=(), end=True):
 
     from nbgrader.utils import determine_grade
 
-    from donation_course.grading.audit import end_digests
-    from donation_course.grading.audit_log import END_TOKEN, ScoreFromSignedPasses, cell_hash
-    from donation_course.grading.settings import STUDENT_DIR_ENV
+    from donation_course.grading.integrity.audit import end_digests
+    from donation_course.grading.integrity.audit_log import END_TOKEN, ScoreFromSignedPasses, cell_hash
+    from donation_course.grading.run.settings import STUDENT_DIR_ENV
 
     nb = nbformat.read(ROOT / "autograder" / "source" / ASSIGNMENT / f"{EX}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-values")
@@ -804,8 +804,8 @@ def test_without_the_audit_only_the_learners_execute_results_are_dropped(tmp_pat
     before the check's error still does not count."""
     from nbgrader.utils import determine_grade
 
-    from donation_course.grading.audit_log import END_TOKEN, ScoreFromSignedPasses
-    from donation_course.grading.settings import STUDENT_DIR_ENV
+    from donation_course.grading.integrity.audit_log import END_TOKEN, ScoreFromSignedPasses
+    from donation_course.grading.run.settings import STUDENT_DIR_ENV
 
     nb = nbformat.read(ROOT / "autograder" / "source" / ASSIGNMENT / f"{EX}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-values")
@@ -819,7 +819,7 @@ def test_without_the_audit_only_the_learners_execute_results_are_dropped(tmp_pat
 def test_records_missing_from_the_log_or_cells_after_its_end_are_seen():
     """The hook numbers every record it makes: a gap in the log's numbers is records written while the channel
     pointed elsewhere (or was closed). And no cell may run after the grader's last cell."""
-    from donation_course.grading.audit_log import kernel_flags
+    from donation_course.grading.integrity.audit_log import kernel_flags
 
     def flags(*kinds):
         return [f.reason for f in kernel_flags([{"kind": k, "cell": "1", "seq": n} for n, k in kinds], 0, "nb", {})]

@@ -9,8 +9,8 @@ corpus and the solutions (tests/test_sandbox.py) keep their status too.
 import nbformat
 import pytest
 
-from donation_course.grading import scan_policy
-from donation_course.grading.scan import Flag, scan_notebook, scan_source
+from donation_course.grading.integrity import scan_policy
+from donation_course.grading.integrity.scan import Flag, scan_notebook, scan_source
 
 # The four exploits that scored 10/10 unflagged against the blocklist (answer: `return state * 0`).
 WRONG = ("@functools.partial(jax.jit, donate_argnums=(0,))\ndef update_with_donate(state, delta):\n"
@@ -508,8 +508,8 @@ def test_cells_are_parsed_in_order_with_the_future_flags_of_the_cells_before_the
     """IPython keeps a `from __future__` flag for later cells: a cell that parses only under barry_as_FLUFL is read
     (and flagged) after the cell that turns it on; a cell the scan cannot parse is named as unread, not flagged
     (the audit flags it if the kernel runs it: tests/test_sandbox.py)."""
-    from donation_course.grading.audit_log import parsed_digests
-    from donation_course.grading.scan import read_notebook
+    from donation_course.grading.integrity.audit_log import parsed_digests
+    from donation_course.grading.integrity.scan import read_notebook
 
     later = "if 1 <> 2:\n    x = getattr(jnp, 'all' + 'close')\n"
     nb = nbformat.v4.new_notebook()

@@ -15,7 +15,7 @@ import pytest
 
 from donation_course.corpus.exercise import CASES
 from donation_course.course import COURSE, EXERCISE_ANSWER, NOTEBOOKS, grade_id
-from donation_course.grading.selfcheck import DIR_ENV, MARKER, ME
+from donation_course.grading.run.selfcheck import DIR_ENV, MARKER, ME
 from helpers import COURSE_CMD, GRADE_LIMITS, answered_copy, grade, make_course, read_grades, run
 
 EX = COURSE.exercise

@@ -1,10 +1,10 @@
-"""The learner's feedback page (grading/student_page.py): every row says with
+"""The learner's feedback page (grading/reports/student_page.py): every row says with
 a mark whether its check passed, whichever kind of check wrote the message."""
 import re
 from types import SimpleNamespace
 
-from donation_course.grading.result import CellGrade, NotebookResult, StudentResult
-from donation_course.grading.student_page import write_page
+from donation_course.grading.reports.student_page import write_page
+from donation_course.grading.results.result import CellGrade, NotebookResult, StudentResult
 
 NB = "07_update_with_donate"
 

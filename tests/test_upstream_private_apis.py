@@ -36,7 +36,7 @@ def test_jit_info_static_argnums():
 
 
 def test_jupyter_client_wait_for_ready_hooks():
-    # donation_course/grading/fastkernel.py overrides _async_wait_for_ready
+    # donation_course/grading/executors/fastkernel.py overrides _async_wait_for_ready
     # (jupyter_client 8.10.0) and calls _handle_kernel_info_reply and
     # _async_is_alive, to skip the 0.2 s IOPub wait after every kernel start.
     import jupyter_client
@@ -52,13 +52,13 @@ def test_jupyter_client_wait_for_ready_hooks():
     # override must replace both names.
     assert AsyncKernelClient.wait_for_ready.__name__ == "_async_wait_for_ready", where
 
-    from donation_course.grading.fastkernel import GradingKernelClient
+    from donation_course.grading.executors.fastkernel import GradingKernelClient
 
     assert GradingKernelClient.wait_for_ready is GradingKernelClient._async_wait_for_ready
 
 
 def test_nbconvert_create_environment_hook():
-    # donation_course/grading/feedback.py's CachedHTMLExporter extends
+    # donation_course/grading/reports/feedback.py's CachedHTMLExporter extends
     # _create_environment (nbconvert 7.17.2) to add a jinja bytecode cache.
     import jinja2
     import nbconvert
@@ -68,7 +68,7 @@ def test_nbconvert_create_environment_hook():
              "re-check its override of _create_environment")
     assert _version(nbconvert) == "7.17.2", where
     assert list(inspect.signature(HTMLExporter._create_environment).parameters) == ["self"], where
-    from donation_course.grading.feedback import CachedHTMLExporter
+    from donation_course.grading.reports.feedback import CachedHTMLExporter
 
     env = CachedHTMLExporter()._create_environment()
     assert isinstance(env, jinja2.Environment) and env.bytecode_cache is not None, where

@@ -22,7 +22,7 @@ def synchronous(url):
     return found
 
 def worker(copy, real, conn):
-    from donation_course.grading.worker import unsynced_gradebook
+    from donation_course.grading.executors.worker import unsynced_gradebook
 
     unsynced_gradebook(Path(copy))
     conn.send((synchronous(f"sqlite:///{copy}"), synchronous(f"sqlite:///{real}")))

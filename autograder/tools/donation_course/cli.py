@@ -33,19 +33,19 @@ def regenerate(argv) -> int:
 
 
 def grade(argv) -> int:
-    from .grading.cli import main as grade_main
+    from .grading.run.cli import main as grade_main
 
     return grade_main(argv)
 
 
 def check(argv) -> int:
-    from .grading.selfcheck import main as check_main
+    from .grading.run.selfcheck import main as check_main
 
     return check_main(argv)
 
 
 def feedback(argv) -> int:
-    from .grading.refresh_feedback import main as feedback_main
+    from .grading.reports.refresh_feedback import main as feedback_main
 
     return feedback_main(argv)
 

@@ -150,7 +150,7 @@ class Course:
 
     @property
     def compile_cache(self) -> Path:
-        """The grading kernels' JAX compile cache (grading/compile_cache.py)."""
+        """The grading kernels' JAX compile cache (grading/run/compile_cache.py)."""
         return self.grading_dir / COMPILE_CACHE
 
     @property

@@ -129,7 +129,7 @@ def restore_helpers() -> list:
 
 def ok(check: str, message: str) -> None:
     """Print the pass line of `check`, announced first to the grading kernel's audit (which
-    compares its snapshot of the checks now, and signs the pass: grading/audit.py)."""
+    compares its snapshot of the checks now, and signs the pass: grading/integrity/audit.py)."""
     _audit("donation_lab.check", check)
     print(f"\u2714 {check}: {message}")
 

@@ -213,7 +213,7 @@ class LmsExport(ExportPlugin):
         text = self.write(grades)
         self.kept = len(grades) - len(self.notes)
         if self.kept or not self.skip_empty:
-            from ..state import write_atomic
+            from ..run.state import write_atomic
 
             write_atomic(Path(self.to or self.filename), text)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
-from ..foreign import expected_ids, foreign_cells, foreign_problem
+from ..submissions.foreign import expected_ids, foreign_cells, foreign_problem
 from .base import PREFIX, SKIP, Lms
 from .times import parse_timestamp
 

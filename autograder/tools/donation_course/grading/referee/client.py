@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..scratch import mark_owner, remove_orphans
+from ..executors.scratch import mark_owner, remove_orphans
 from .asks import ANSWERS
 
 PREFIX = "referee-"    # the scratch folder's name in TMPDIR
@@ -67,7 +67,7 @@ class Referee:
             self.close()
 
     def _command(self) -> tuple[list, dict]:
-        from ..sandbox import bwrap_argv, fixed_env, venv_python
+        from ..integrity.sandbox import bwrap_argv, fixed_env, venv_python
 
         remove_stale(Path(tempfile.gettempdir()))
         if self.folder is not None:  # a server that died: its folder goes with it

@@ -39,7 +39,7 @@ from .compiled import Memo
 def _drop_root() -> None:
     """As root in the sandbox (the grader run as root): become the sandbox's unprivileged uid."""
     if os.getuid() == 0:
-        from ..sandbox import SANDBOX_UID
+        from ..integrity.sandbox import SANDBOX_UID
 
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)

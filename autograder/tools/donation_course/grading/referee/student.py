@@ -24,7 +24,7 @@ def referee() -> Referee:
     if _REFEREE and _REFEREE[0].owner != os.getpid():  # a forked child's copy of its parent's: not this one's
         _REFEREE.clear()
     if not _REFEREE:
-        from ..settings import KERNEL_SETTINGS_ENV, KernelSettings
+        from ..run.settings import KERNEL_SETTINGS_ENV, KernelSettings
 
         settings = KernelSettings.from_json(os.environ[KERNEL_SETTINGS_ENV]) \
             if KERNEL_SETTINGS_ENV in os.environ else None

@@ -1,0 +1,177 @@
+"""Kernel launcher used at grading time (the grading kernelspec's argv).
+
+Outside the sandbox: reads its settings (settings.KernelSettings, one JSON
+value in DONATION_LAB_KERNEL) and the student's folder
+(DONATION_LAB_STUDENT_DIR: runtime/, and scratch/ for an unsandboxed
+kernel's home), caps the kernel's address space, file size and core files,
+builds the kernel's fixed environment (sandbox.fixed_env) and, when
+sandboxed, exec's bubblewrap (sandbox.py), which runs this module again
+with --inner. Inside: copies the working folder into its capped tmpfs, caps
+the process count and drops root for the sandbox uid, then exec's a normal
+ipykernel. A
+submission that allocates too much gets a MemoryError in its own cell
+instead of taking the machine (or the other workers) down.
+"""
+import json
+import os
+import resource
+import shutil
+import sys
+from pathlib import Path
+
+from ..run.settings import STUDENT_DIR_ENV, KernelSettings
+
+
+def _limits(settings: KernelSettings) -> None:
+    if settings.memory_mb > 0:
+        limit = settings.memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (settings.max_file_bytes, settings.max_file_bytes))
+
+
+def _kernel(python: str, argv: list, audit: list) -> list:
+    """The kernel's command: ipykernel under the runtime audit (audit.py) unless `audit` is empty (the
+    setting off); -P keeps the working folder off sys.path."""
+    if not audit:
+        return [python, "-P", "-m", "ipykernel_launcher", *argv]
+    return [python, "-P", "-m", "donation_course.grading.integrity.audit", *audit, "--", *argv]
+
+
+def _audit_channel(settings: KernelSettings, student_dir: Path) -> list:
+    """Open this kernel's audit log (append-only, outside the sandbox) and a
+    one-time pipe with its configuration; both fds pass to the kernel.
+    Returns the audit arguments for the kernel's command."""
+    import secrets
+
+    key = secrets.token_bytes(32)
+    log = student_dir / f"audit-{os.getpid()}.log"
+    (student_dir / f"audit-{os.getpid()}.key").write_text(key.hex())
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    read, write = os.pipe()
+    from .audit import END_ENV, end_digests
+
+    token = os.environ.get(END_ENV, "")  # the grader's last cell's token (audit_log.MarkNotebookEnd): only digests pass
+    config = json.dumps({"key": key.hex(), "trusted": list(settings.trusted_cells),
+                         "allowed": list(settings.allowed_modules),
+                         "end": end_digests(token) if token else []}).encode()
+    if len(config) > 60000:
+        raise RuntimeError("the audit configuration does not fit a pipe's buffer")
+    os.write(write, config)
+    os.close(write)
+    for kept in (fd, read):
+        os.set_inheritable(kept, True)
+    return ["--audit-fd", str(fd), "--config-fd", str(read)]
+
+
+def inner(argv: list) -> None:
+    """In the sandbox, still root: cap processes, become the sandbox uid, start the kernel.
+    argv: --nproc N, the audit arguments up to --, then the kernel's own arguments."""
+    from .sandbox import SANDBOX_UID, fill_working_folder
+
+    nproc, rest = int(argv[1]), argv[2:]
+    audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]  # (no audit arguments: audit off)
+    fill_working_folder(os.getcwd())
+    if os.getuid() == 0:  # the runtime tmpfs: where the kernel (the sandbox uid) makes its sockets
+        os.chown(os.path.dirname(argv[argv.index("-f") + 1]), SANDBOX_UID, SANDBOX_UID)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        os.setgroups([])
+        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    os.execv(sys.executable, _kernel(sys.executable, argv, audit))
+
+
+def _connection(argv: list, runtime: Path) -> list:
+    """Copy the connection file into the student's runtime folder (the only
+    folder the sandbox shares with the grader),
+    with the ipc socket path made absolute there. Returns argv pointing at the copy."""
+    i = argv.index("-f") + 1
+    info = json.loads(Path(argv[i]).read_text())
+    if info.get("transport") == "ipc" and not os.path.isabs(info.get("ip", "")):
+        info["ip"] = str(runtime / info["ip"])
+    dest = runtime / "connection.json"
+    dest.write_text(json.dumps(info))
+    return [*argv[:i], str(dest), *argv[i + 1:]]
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this launcher when the grading process that started it dies, however it dies (kept
+    across exec: bwrap, which it becomes, then takes the sandbox along; an unsandboxed kernel dies
+    itself). Without it, a grader killed mid-notebook (a cluster worker's, with its worker) would
+    leave the kernel running."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--inner"]:
+        return inner(argv[1:])
+    _die_with_parent()
+    from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, font_list, unsandboxed_env, venv_python
+
+    settings = KernelSettings.from_environment()
+    student_dir = Path(os.environ[STUDENT_DIR_ENV])
+    runtime, scratch = student_dir / "runtime", student_dir / "scratch"  # scratch: unsandboxed kernels only
+    _limits(settings)
+    cwd = os.getcwd()
+    argv = _connection(argv, runtime)
+    audit = _audit_channel(settings, student_dir) if settings.audit else []
+    cache = settings.compile_cache
+    fonts = font_list(student_dir.parent / "fonts")  # built once for all of this worker's kernels
+    if not settings.sandbox:  # same environment, no sandbox: home, ipython and tmp files in the scratch folder
+        scratch.mkdir(parents=True, exist_ok=True)
+        if fonts:
+            (scratch / "mpl").mkdir(exist_ok=True)
+            shutil.copy(fonts, scratch / "mpl")
+        os.execve(sys.executable, _kernel(sys.executable, argv, audit), unsandboxed_env(str(scratch), cache=cache))
+    if os.getuid() == 0:  # the kernel (the sandbox uid) reads its connection file, makes its sockets
+        os.chown(runtime / "connection.json", SANDBOX_UID, SANDBOX_UID)
+        os.chown(runtime, SANDBOX_UID, SANDBOX_UID)
+    cmd = bwrap_argv(cwd, str(runtime), settings.disk_bytes, extra_ro=[cache] if cache else [], fonts=fonts)
+    for key, value in fixed_env(home=cwd, cache=cache).items():
+        cmd += ["--setenv", key, value]
+    python = venv_python()
+    info, info_w = os.pipe()
+    cmd += ["--info-fd", str(info_w), "--", python, "-m", "donation_course.grading.integrity.kernel", "--inner",
+            "--nproc", str(settings.max_processes), *audit, "--", *argv]
+    sys.exit(_run_sandbox(cmd, info, info_w, json.loads((runtime / "connection.json").read_text()),
+                          [int(a) for a in audit[1::2]]))
+
+
+def _run_sandbox(cmd: list, info: int, info_w: int, connection: dict, fds: list) -> int:
+    """Run bwrap (which dies with this launcher), link the kernel's sockets into the real runtime folder once
+    bwrap says which process is the sandbox's (--info-fd), and return bwrap's exit status."""
+    import subprocess
+
+    from .sandbox import link_sockets
+
+    def die_with_launcher():  # in bwrap, before it starts: SIGKILL when this launcher dies (it takes the sandbox)
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+
+    proc = subprocess.Popen(cmd, pass_fds=[info_w, *fds], preexec_fn=die_with_launcher)
+    os.close(info_w)
+    for fd in fds:
+        os.close(fd)  # the kernel holds them now
+    with os.fdopen(info, "rb") as fh:
+        text = fh.read()
+    try:
+        link_sockets(connection, int(json.loads(text)["child-pid"]))
+    except (ValueError, KeyError, OSError):
+        pass  # bwrap could not set the sandbox up: it says why and exits
+    return proc.wait()
+
+
+if __name__ == "__main__":
+    main()

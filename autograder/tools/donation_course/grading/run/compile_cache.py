@@ -1,0 +1,203 @@
+"""The grading kernels' JAX compile cache: what the instructor's own code
+compiled, read-only for the class.
+
+For every correct answer, the hidden checks compile the same programs
+(`update_with_donate` and `train_step`, under the names the exercise asks
+for, on the checks' shapes), and compiling them is about a third of a
+graded submission's CPU (README, "Where the time went"). So the grader
+runs the source of each notebook that has hidden tests (the instructor's
+solution and hidden tests, no student's code) once, in a kernel with the
+grading kernels' fixed environment (as `--no-sandbox` kernels get it), and
+keeps what JAX compiled there as a persistent compilation cache (`fill`;
+again whenever those notebooks or JAX change: prepare.py). Each notebook
+runs as grading runs it: its main path, the reference part set aside
+(reference_part.py), whose programs no grading kernel compiles. A run
+fills the notebooks its class handed in (the first grading of an
+exercise-only class runs the exercise's source alone) and adds the
+others when a later run grades them; the folder's stamp names what it
+holds. Grading kernels read it and never write it:
+
+- JAX writes no entry whose compile took less than
+  `jax_persistent_cache_min_compile_time_secs`, and for grading kernels that
+  is infinite (sandbox.fixed_env);
+- the sandbox binds the folder read-only (sandbox.bwrap_argv), and
+  `--no-sandbox` kernels, which nothing stops from writing, get a copy that
+  lasts one run (steps.Run.executor).
+
+So no submission can leave a program that another student's kernel then
+runs. JAX's cache key covers the computation, the compile options, the XLA
+flags and jaxlib's version: an answer that compiles something else, or a
+later jaxlib, finds no entry and compiles as it would without the cache.
+"""
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...course import Course
+from ..integrity.sandbox import unsandboxed_env
+
+HIDDEN = "### BEGIN HIDDEN TESTS"
+CELL_TIMEOUT = 120  # seconds per cell of the instructor's own notebook
+STAMP = "filled-from"  # in the folder: what it was filled from (JAX reads only its *-cache entries)
+
+
+def notebooks_with_hidden_tests(course: Course) -> list:
+    import nbformat
+
+    return [path for path in course.source_notebooks()
+            if any(HIDDEN in cell.source for cell in nbformat.read(path, as_version=4).cells)]
+
+
+@dataclass(frozen=True)
+class Filled:
+    """What a cache folder holds: the digest of what it was filled from, and the notebooks run into it."""
+
+    digest: str = ""
+    notebooks: frozenset = frozenset()
+
+
+def filled_from(folder: Path) -> Filled:
+    """What `folder` was filled from (the `digest` given to fill) and with which notebooks; an empty Filled
+    if it is no complete cache."""
+    try:
+        text = (folder / STAMP).read_text()
+    except OSError:
+        return Filled()
+    try:
+        stamp = json.loads(text)
+        return Filled(stamp["digest"], frozenset(stamp["notebooks"]))
+    except (ValueError, KeyError, TypeError):
+        return Filled()  # not a stamp this grader wrote: filled again
+
+
+class Filling:
+    """A fill under way in a process of its own (`start`); `finish` waits for it and returns the line."""
+
+    def __init__(self, course: Course, folder: Path, digest: str, notebooks=None):
+        self.folder, self.digest = folder, digest
+        wanted = {p.stem for p in notebooks_with_hidden_tests(course)}
+        if notebooks is not None:
+            wanted &= set(notebooks)
+        before = filled_from(folder)
+        self.kept = before.notebooks if before.digest == digest and folder.is_dir() else frozenset()
+        self.todo = sorted(wanted - self.kept)
+        self.new = folder.with_name(folder.name + ".new")
+        self.proc = None
+        if not self.todo:
+            return
+        shutil.rmtree(self.new, ignore_errors=True)
+        if self.kept:  # what it holds stays: the new notebooks' programs are added to a copy
+            shutil.copytree(folder, self.new)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            self.new.mkdir(parents=True)
+        self.output = tempfile.TemporaryFile(mode="w+")
+        # In a process of its own: the kernel client leaves threads behind, and
+        # the grader's process must have one when it forks its workers (pool.py).
+        self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(course.root), course.assignment,
+                                      str(self.new), *self.todo],
+                                     stdout=self.output, stderr=subprocess.STDOUT, text=True)
+
+    def finish(self) -> str:
+        """Wait for the fill; '' when there was nothing to fill, else a line for the instructor. If the run
+        fails, the folder keeps what it held from the same digest (nothing, if it was filled from another):
+        grading goes on without the part that failed."""
+        if self.proc is None:
+            return ""
+        try:
+            code = self.proc.wait()
+        except BaseException:  # Ctrl-C
+            self.stop()
+            raise
+        self.output.seek(0)
+        said = self.output.read()
+        self.output.close()
+        if code != 0:
+            shutil.rmtree(self.new, ignore_errors=True)
+            why = (said.strip().splitlines() or ["no output"])[-1]
+            if self.kept:
+                return (f"note: the compile cache has no programs of {', '.join(self.todo)} (running the source's "
+                        f"hidden tests failed: {why}); grading those without them")
+            return f"note: no compile cache (running the source's hidden tests failed: {why}); grading without it"
+        (self.new / STAMP).write_text(json.dumps({"digest": self.digest,
+                                                  "notebooks": sorted(self.kept | set(self.todo))}))
+        for path in [self.new, *self.new.rglob("*")]:  # readable by the sandbox's uid, whatever the umask
+            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+        old = self.folder.with_name(self.folder.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if self.folder.exists():
+            self.folder.rename(old)
+        self.new.rename(self.folder)
+        shutil.rmtree(old, ignore_errors=True)
+        entries = sum(1 for p in self.folder.iterdir() if p.name != STAMP)
+        return (f"compiled the hidden tests' programs of {', '.join(self.todo)} from the source once: "
+                f"{entries} entries in {self.folder}")
+
+    def stop(self) -> None:
+        """Stop the fill (the run failed beside it, or Ctrl-C): the folder stays as it was."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.output.close()
+        shutil.rmtree(self.new, ignore_errors=True)
+        self.proc = None
+
+
+def start(course: Course, folder: Path, digest: str, notebooks=None) -> Filling:
+    """Start filling `folder` (as `fill` does) in the background; call `finish()` on the result."""
+    return Filling(course, folder, digest, notebooks)
+
+
+def fill(course: Course, folder: Path, digest: str, notebooks=None) -> str:
+    """Run each notebook with hidden tests (of `notebooks` stems, default all), from the course's source,
+    with `folder` as JAX's compile cache, recording `digest` as what it was filled from; a notebook already
+    run into it from the same digest is not run again. Return a line for the instructor ('' when nothing was
+    to run). If that run fails, grading goes on without the part that failed (Filling.finish)."""
+    return Filling(course, folder, digest, notebooks).finish()
+
+
+def main_path_notebook(path: Path):
+    """The notebook as grading runs it: its reference part set aside (reference_part.py)."""
+    import nbformat
+
+    from ..integrity.reference_part import reference_start
+
+    nb = nbformat.read(path, as_version=4)
+    cut = reference_start(nb)
+    if cut is not None:
+        nb.cells = nb.cells[:cut]
+    return nb
+
+
+def run_notebooks(course: Course, cache: Path, stems: list) -> None:
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+
+    with tempfile.TemporaryDirectory(prefix="donation-lab-fill-") as home:
+        specs = Path(home) / "kernels"
+        (specs / "fill").mkdir(parents=True)
+        # this Python's ipykernel, as the grading kernels start it (not a user's "python3" kernelspec)
+        (specs / "fill" / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "fill", "language": "python"}))
+        env = unsandboxed_env(home, cache=str(cache), writable=True)
+        for path in notebooks_with_hidden_tests(course):
+            if path.stem not in stems:
+                continue
+            nb = main_path_notebook(path)
+            # its connection file in the folder that goes, and shut down after
+            # (cleanup_kc): nbclient leaves a kernel manager it did not make running
+            km = AsyncKernelManager(kernel_name="fill", connection_file=str(Path(home) / f"{path.stem}.json"),
+                                    kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+            NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=True,
+                           resources={"metadata": {"path": home}}).execute(env=env, cleanup_kc=True)
+
+
+if __name__ == "__main__":
+    run_notebooks(Course(Path(sys.argv[1]), sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])

@@ -1,0 +1,130 @@
+"""A run's first step on a course: the assignment generated from its source
+as it is now, and the compile cache filled from the same source.
+
+Both are redone only when what they were made from changed: the state file
+records the source's digest, the cache folder its own (compile_cache.py).
+They need nothing of each other (nbgrader's generate_assignment writes
+release/ and the gradebook; the fill reads source/ alone), so on a fresh
+course they run side by side, each a process of its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from importlib.metadata import version
+from pathlib import Path
+
+from ...course import Course, CourseError, load_config
+from .compile_cache import notebooks_with_hidden_tests, start
+from .state import State, load_state, save_state
+
+
+def digest_files(paths: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths, key=lambda p: p.name):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def hidden_checks() -> list:
+    """The hidden checks' modules the grade cells import (donation_course.hidden)."""
+    from ... import hidden
+
+    return sorted(Path(hidden.__file__).parent.glob("*.py"))
+
+
+def source_digest(course: Course) -> str:
+    """What the grades are made from: the source notebooks, the nbgrader
+    config and the hidden checks (an edit to any of them regrades everyone,
+    --only-changed included)."""
+    return digest_files(course.source_notebooks() + [course.root / "nbgrader_config.py"] + hidden_checks())
+
+
+def cache_digest(course: Course) -> str:
+    """What the compile cache is filled from: the notebooks with hidden tests
+    and the checks they call, run with this JAX."""
+    return (digest_files(notebooks_with_hidden_tests(course) + hidden_checks())
+            + f"-jax-{version('jax')}-jaxlib-{version('jaxlib')}")
+
+
+@contextlib.contextmanager
+def venv_path():
+    """This Python's bin/ first on PATH for a while: nbgrader runs `alembic` by name when it makes a gradebook."""
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + (before or "")
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = before
+
+
+def generate_assignment(course: Course, log: Path) -> None:
+    """`nbgrader generate_assignment ASSIGNMENT --force` on the course, through nbgrader's own API in this
+    process, which has nbgrader imported already (a process of its own would start Python and import it again,
+    about half of a fresh course's generating); its log goes to `log`. CourseError with nbgrader's last ERROR
+    line if it fails. It starts no thread: the run's process forks its workers after it (pool.py)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config = load_config(course.root)
+    config.CourseDirectory.root = str(course.root)
+    with venv_path():
+        api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+        result = api.generate_assignment(course.assignment, force=True, create=True)
+    text = f"{result.get('log', '')}\n{result.get('error', '')}"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"$ nbgrader generate_assignment {course.assignment} --force (in process)\n{text}",
+                   encoding="utf-8")
+    if not result.get("success"):
+        lines = [ln for ln in text.splitlines() if "ERROR" in ln]
+        detail = lines[-1].strip() if lines else "no error line"
+        raise CourseError(f"nbgrader generate_assignment failed: {detail} (full log: {log})")
+
+
+def ensure_assignment(course: Course, state: State, log: Path) -> None:
+    """Generate the assignment (release/ and the gradebook's entries) unless
+    the state says it was generated from the source as it is now."""
+    source_hash = source_digest(course)
+    if state.source == source_hash and course.gradebook.exists() and course.release.is_dir():
+        return
+    generate_assignment(course, log)
+    state.source = source_hash
+    for student in state.students.values():  # a new assignment version: everyone is graded again, and
+        student.hash = ""                     # each review still belongs to the answers it was made on
+
+
+def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True,
+            notebooks: Iterable[str] | None = None, phases: dict | None = None) -> State:
+    """Read the state file (or start afresh), generate the assignment if its
+    source changed, save the state; with `compile_cache`, fill the cache
+    for `notebooks` (their stems; default: every notebook with hidden tests)
+    where it lacks them or what it was filled from changed, beside the
+    generating. Returns the state. `phases` gets the seconds of each part:
+    generating (generate_assignment) and the wait for the fill after it
+    (compile_cache)."""
+    phases = {} if phases is None else phases
+    path = course.state_file
+    state = load_state(path, say)
+    filling = start(course, course.compile_cache, cache_digest(course), notebooks) if compile_cache else None
+    began = time.monotonic()
+    try:
+        ensure_assignment(course, state, out / "logs" / "generate_assignment.log")
+        save_state(path, state)
+    except BaseException:
+        if filling is not None:
+            filling.stop()
+        raise
+    generated = time.monotonic()
+    phases["generate_assignment"] = round(generated - began, 3)
+    line = filling.finish() if filling is not None else ""
+    phases["compile_cache"] = round(time.monotonic() - generated, 3)
+    if line:
+        say(line)
+    return state
