@@ -23,7 +23,7 @@ import pytest
 from donation_course.grading.referee import asks, judge
 from donation_course.grading.referee.combine import judged_cells
 from donation_course.grading.referee.screen import MAX_ELEMENTS, Refused, screen
-from donation_course.grading.referee.verdict import FAIL, PASS, UNJUDGED
+from donation_course.grading.referee.verdict import FAIL, PASS, UNJUDGED, Verdict
 from donation_course.hidden import handover
 from helpers import LIMIT_SCALE
 
@@ -233,18 +233,18 @@ def referee():
 
 def _judge(referee, fn) -> dict:
     judged = referee.judge({"exercise": _handover(asks.EXERCISE, fn)})
-    return {v["check"]: v for v in judged.verdicts}
+    return {v.check: v for v in judged.verdicts}
 
 
 def _honest_goes_on(referee):
-    assert {v["outcome"] for v in _judge(referee, PARTIAL).values()} == {PASS}
+    assert {v.outcome for v in _judge(referee, PARTIAL).values()} == {PASS}
 
 
 @pytest.mark.slow
 def test_a_custom_call_is_refused_and_the_next_answer_is_judged(referee):
     verdicts = _judge(referee, jax.jit(lambda s, d: jax.pure_callback(lambda a: a, s, s) + d, donate_argnums=0))
-    assert {v["outcome"] for v in verdicts.values()} == {UNJUDGED}
-    assert "custom call" in verdicts["values"]["message"]
+    assert {v.outcome for v in verdicts.values()} == {UNJUDGED}
+    assert "custom call" in verdicts["values"].message
     _honest_goes_on(referee)
 
 
@@ -255,8 +255,8 @@ def test_an_endless_loop_is_stopped_at_the_time_limit_and_the_next_answer_is_jud
                                   (jnp.float32(0), s))[1] + d
 
     verdicts = _judge(referee, jax.jit(endless, donate_argnums=0))
-    assert {v["outcome"] for v in verdicts.values()} == {UNJUDGED}
-    assert all(f"after {REFEREE_SECONDS} s" in v["message"] for v in verdicts.values())
+    assert {v.outcome for v in verdicts.values()} == {UNJUDGED}
+    assert all(f"after {REFEREE_SECONDS} s" in v.message for v in verdicts.values())
     _honest_goes_on(referee)
 
 
@@ -268,30 +268,30 @@ def test_answers_share_a_child_and_one_stopped_at_its_limit_leaves_the_next_its_
 
     judged = referee.judge({"exercise": _handover(asks.EXERCISE, jax.jit(endless, donate_argnums=0)),
                             "capstone": _handover(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1)))})
-    verdicts = {v["check"]: v for v in judged.verdicts}
+    verdicts = {v.check: v for v in judged.verdicts}
     assert set(verdicts) == set(EXERCISE_CHECKS) | set(CAPSTONE_CHECKS)
     stopped = f"after {REFEREE_SECONDS} s"
-    assert all(verdicts[c]["outcome"] == UNJUDGED and stopped in verdicts[c]["message"] for c in EXERCISE_CHECKS)
-    assert {verdicts[c]["outcome"] for c in CAPSTONE_CHECKS} == {PASS}
+    assert all(verdicts[c].outcome == UNJUDGED and stopped in verdicts[c].message for c in EXERCISE_CHECKS)
+    assert {verdicts[c].outcome for c in CAPSTONE_CHECKS} == {PASS}
     # and the other way round: an honest answer first, judged, then the endless one stopped
     judged = referee.judge({"capstone": _handover(asks.CAPSTONE, jax.jit(_step, donate_argnums=(0, 1))),
                             "exercise": _handover(asks.EXERCISE, jax.jit(endless, donate_argnums=0))})
-    verdicts = {v["check"]: v for v in judged.verdicts}
-    assert {verdicts[c]["outcome"] for c in CAPSTONE_CHECKS} == {PASS}
-    assert {verdicts[c]["outcome"] for c in EXERCISE_CHECKS} == {UNJUDGED}
+    verdicts = {v.check: v for v in judged.verdicts}
+    assert {verdicts[c].outcome for c in CAPSTONE_CHECKS} == {PASS}
+    assert {verdicts[c].outcome for c in EXERCISE_CHECKS} == {UNJUDGED}
 
 
 @pytest.mark.slow
 def test_a_huge_allocation_is_refused_or_capped_and_the_next_answer_is_judged(referee):
     huge = _judge(referee, jax.jit(lambda s, d: jnp.broadcast_to(s[:1], (1 << 31,)).sum() + d, donate_argnums=0))
-    assert "over the grader's cap" in huge["worked example"]["message"]
+    assert "over the grader's cap" in huge["worked example"].message
 
     def many(s, d):  # 96 outputs of 32 MiB (3 GiB), each under the size cap: the memory cap stops it
         return tuple(jnp.full((MAX_ELEMENTS,), s[0] + i) for i in range(96))
 
     verdicts = _judge(referee, jax.jit(many, donate_argnums=0))
-    assert verdicts["worked example"]["outcome"] == UNJUDGED, verdicts
-    assert "its caps" in verdicts["worked example"]["message"] or "time limit" in verdicts["worked example"]["message"]
+    assert verdicts["worked example"].outcome == UNJUDGED, verdicts
+    assert "its caps" in verdicts["worked example"].message or "time limit" in verdicts["worked example"].message
     _honest_goes_on(referee)
 
 
@@ -680,7 +680,7 @@ def test_lesson_6s_sharded_answers_are_judged_on_eight_devices_in_process_and_by
     # the server's child asks for its 8 devices itself, before its backend starts (no XLA_FLAGS needed)
     for name, case in found.items():
         (verdict,) = referee.judge({case["answer"]: case["handover"]}).verdicts
-        assert verdict["outcome"] == L6_EXPECTED[name], (name, verdict)
+        assert verdict.outcome == L6_EXPECTED[name], (name, verdict)
 
 
 def test_a_point_needs_both_verdicts_and_says_what_the_referee_judged(tmp_path):
@@ -697,9 +697,9 @@ def test_a_point_needs_both_verdicts_and_says_what_the_referee_judged(tmp_path):
     path = tmp_path / "nb.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell("x", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
                                        for gid in grades]), path)
-    verdicts = [{"check": "train_step (lesson 1)", "outcome": FAIL, "message": "it donates nothing."},
-                {"check": "y_out (lesson 5)", "outcome": UNJUDGED, "message": "y_out is list."},
-                {"check": "apply_delta (lesson 2)", "outcome": FAIL, "message": "it donates delta."}]
+    verdicts = [Verdict("train_step (lesson 1)", FAIL, "it donates nothing."),
+                Verdict("y_out (lesson 5)", UNJUDGED, "y_out is list."),
+                Verdict("apply_delta (lesson 2)", FAIL, "it donates delta.")]
     cells = {"nb": [("l1-q1-check", "l1-train-step", "train_step (lesson 1)"),
                     ("l5-q1-check", "l5-y-out", "y_out (lesson 5)"),
                     ("l2-q1-check", "l2-apply-delta", "apply_delta (lesson 2)")]}

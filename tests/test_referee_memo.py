@@ -9,6 +9,7 @@ import pytest
 
 from donation_course.grading.referee import asks, compiled, judge, programs
 from donation_course.grading.referee.verdict import FAIL, PASS
+from donation_course.grading.referee.wire import Compiled, from_child, line
 from donation_course.hidden import handover
 
 SPEC = jax.ShapeDtypeStruct((2,), jnp.float32)
@@ -35,13 +36,14 @@ def test_the_key_leaves_out_the_module_name_and_nothing_else():
 def test_the_server_keeps_only_programs_of_texts_it_sent_within_its_size():
     memo, sent = compiled.Memo(max_bytes=10), {"k1", "k2", "k3"}
     blob = base64.b64encode(b"12345").decode()
-    assert not memo.offer({"compiled": "other", "blob": blob}, sent)  # a key of a text it never sent
-    assert not memo.offer({"compiled": "k1", "blob": "not base64!"}, sent)
-    assert not memo.offer({"compiled": "k1", "blob": 5}, sent)
-    assert memo.offer({"compiled": "k1", "blob": blob}, sent)
-    assert not memo.offer({"compiled": "k1", "blob": base64.b64encode(b"other").decode()}, sent)  # kept as first
-    assert memo.offer({"compiled": "k2", "blob": blob}, sent)
-    assert not memo.offer({"compiled": "k3", "blob": blob}, sent)  # past its size
+    assert not memo.offer(Compiled("other", blob), sent)  # a key of a text it never sent
+    assert not memo.offer(Compiled("k1", "not base64!"), sent)
+    assert from_child(b'{"compiled": "k1", "blob": 5}\n') is None  # a line that is no Compiled never reaches it
+    assert from_child(line(Compiled("k1", blob))) == Compiled("k1", blob)
+    assert memo.offer(Compiled("k1", blob), sent)
+    assert not memo.offer(Compiled("k1", base64.b64encode(b"other").decode()), sent)  # kept as first
+    assert memo.offer(Compiled("k2", blob), sent)
+    assert not memo.offer(Compiled("k3", blob), sent)  # past its size
     assert memo.blobs == {"k1": b"12345", "k2": b"12345"}
     ho = {"programs": [{"programs": {"float32[2]": {"text": "module @a {}"}, "x": {"text": 3}}}], "checks": {}}
     assert compiled.keys_of(ho) == {compiled.key("module @a {}")}
@@ -58,7 +60,7 @@ def memo(monkeypatch):
         return real(text)
 
     monkeypatch.setattr(programs, "compile_program", counted)
-    compiled.install(blobs, lambda item: blobs.__setitem__(item["compiled"], base64.b64decode(item["blob"])))
+    compiled.install(blobs, lambda item: blobs.__setitem__(item.key, base64.b64decode(item.blob)))
     return compiles, blobs
 
 

@@ -36,6 +36,7 @@ from ...course import CourseError
 from ..results.result import StudentResult
 from . import bundle, cluster_worker
 from .cluster_log import ClusterLog, say
+from .protocol import Admitted, CouldNotGrade, Graded, NeedsBundle, NotAdmitted, RunStopped, StudentTask
 from .worker import WorkerJob
 
 WINDOW_PER_THREAD = 2
@@ -135,19 +136,21 @@ class ClusterExecutor:
             return
         answers = self.on_workers(cluster_worker.admit, self.mine, self.bundle.digest, self.job.kernel.sandbox,
                                   workers=new)
-        needs = [a for a, answer in answers.items() if isinstance(answer, dict) and answer.get("needs_bundle")]
+        needs = [a for a, answer in answers.items() if isinstance(answer, NeedsBundle)]
         if needs:
             answers.update(self.on_workers(cluster_worker.install, self.bundle.digest, self.bundle.data,
                                            workers=needs))
             self.bundles_sent += len(needs)
         for address, answer in answers.items():
-            if isinstance(answer, dict) and "threads" in answer:
-                self.accepted[address] = answer["threads"]
-                self.log.line(f"worker {address} admitted ({answer['threads']} thread(s)"
-                              f"{', bundle sent' if address in needs else ''})")
-                continue
-            self.refuse(address, answer.get("refused") if isinstance(answer, dict) else
-                        f"it could not be checked: {answer!r}")
+            match answer:
+                case Admitted(threads=threads):
+                    self.accepted[address] = threads
+                    self.log.line(f"worker {address} admitted ({threads} thread(s)"
+                                  f"{', bundle sent' if address in needs else ''})")
+                case NotAdmitted(why=why):
+                    self.refuse(address, why)
+                case _:  # an exception (on_error="return"), or a worker that answered nothing we know
+                    self.refuse(address, f"it could not be checked: {answer!r}")
 
     def refuse(self, address: str, why: str) -> None:
         """No more tasks for this worker, and one line saying why."""
@@ -164,10 +167,11 @@ class ClusterExecutor:
     def submit(self, student: str, attempt: int, pending: dict, done: queue.Queue) -> None:
         folder = self.course.root / "submitted" / student / self.course.assignment
         files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-        args = (self.run_id, self.bundle.digest, self.job, self.settings.timeout, student, files, time.time())
-        future = self.client.submit(cluster_worker.grade_task, *args, key=f"grade-{student}-{self.run_id}-{attempt}",
+        task = StudentTask(self.run_id, self.bundle.digest, self.job, self.settings.timeout, student, files,
+                           time.time())
+        future = self.client.submit(cluster_worker.grade_task, task, key=f"grade-{student}-{self.run_id}-{attempt}",
                                     workers=list(self.accepted), allow_other_workers=False, pure=False)
-        pending[future] = Task(student, attempt, frozenset(self.accepted), len(pickle.dumps(args)))
+        pending[future] = Task(student, attempt, frozenset(self.accepted), len(pickle.dumps(task)))
         future.add_done_callback(done.put)
 
     def stranded(self, pending: dict, done: queue.Queue) -> list[StudentResult]:
@@ -227,28 +231,34 @@ class ClusterExecutor:
 
         sid = task.student
         try:
-            payload = future.result()
+            reply = future.result()
         except KilledWorker:
-            payload = {"result": StudentResult.failed(sid, DIED_TWICE)}
+            reply = StudentResult.failed(sid, DIED_TWICE)
         except Exception as exc:
             say(f"note: the grader failed on {sid} on the cluster: {exc}")
-            payload = {"result": StudentResult.failed(sid, GRADER_FAILED, log="".join(
-                traceback.format_exception(exc)))}
+            reply = StudentResult.failed(sid, GRADER_FAILED, log="".join(traceback.format_exception(exc)))
         finally:
             future.release()
-        payload = payload or {"result": StudentResult.failed(sid, GRADER_FAILED, log="its run was stopped")}
-        if "error" in payload:
-            self.refuse(payload["worker"], f"it could not grade ({payload['error']})")
-            return None
-        self.write_files(sid, payload.get("files", {}))
-        worker = payload.get("worker", "")
-        if payload.get("log"):
-            self.log.worker_log(worker, sid, task.attempt, payload["log"])
-        self.log.submission({"student": sid, "worker": worker, "attempt": task.attempt, "sent": task.sent,
-                             "returned": len(pickle.dumps(payload)),
-                             **{key: payload.get(key) for key in ("wait", "wall", "cpu", "rss")}},
-                            payload["result"].status or "graded")
-        return payload["result"]
+        match reply:
+            case CouldNotGrade(why=why, worker=worker):
+                self.refuse(worker, f"it could not grade ({why})")
+                return None
+            case RunStopped():
+                reply = StudentResult.failed(sid, GRADER_FAILED, log="its run was stopped")
+            case Graded() | StudentResult():  # a StudentResult: the task itself failed (above)
+                pass
+            case _:
+                raise RuntimeError(f"a cluster worker answered {reply!r} to the task of {sid}")
+        graded = reply if isinstance(reply, Graded) else None
+        result = graded.result if graded else reply
+        self.write_files(sid, graded.files if graded else {})
+        if graded and graded.log:
+            self.log.worker_log(graded.worker, sid, task.attempt, graded.log)
+        self.log.submission({"student": sid, "worker": graded.worker if graded else "", "attempt": task.attempt,
+                             "sent": task.sent, "returned": len(pickle.dumps(reply)),
+                             **{key: getattr(graded, key, None) for key in ("wait", "wall", "cpu", "rss")}},
+                            result.status or "graded")
+        return result
 
     def write_files(self, sid: str, files: dict[str, bytes]) -> None:
         """The autograded notebooks and feedback HTML, where a local run's nbgrader leaves them."""

@@ -4,8 +4,9 @@ The client calls, through `client.run`: `admit` (refuse this worker, or
 say whether it needs the course bundle), `install` (the bundle's bytes,
 once per digest; bundle.py) and `end_run` (stop this run's grading
 processes; kill=True: at once, for Ctrl-C). `grade_task` is the task: one
-student's files in; the result, the autograded notebooks, nbgrader's
-feedback HTML and the student's stretch of the grading log out. Each task
+student's files in (a StudentTask); the result, the autograded notebooks,
+nbgrader's feedback HTML and the student's stretch of the grading log out
+(Graded). The messages are protocol.py's. Each task
 thread grades through a grading process of its own (grader_process.py),
 in a course folder unpacked from the bundle in this worker's own folder.
 """
@@ -15,10 +16,21 @@ import asyncio
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import bundle, grader_process
+from .protocol import (
+    Admission,
+    Admitted,
+    CouldNotGrade,
+    Grade,
+    Graded,
+    NeedsBundle,
+    NotAdmitted,
+    RunStopped,
+    StudentTask,
+)
 from .zygote import zygote
 
 LOG_TAIL = 64 << 10  # at most this much of a student's stretch of the grading log goes back
@@ -47,7 +59,7 @@ def course_dir(dask_worker, digest: str) -> Path:
     return Path(dask_worker.local_directory) / f"course-{digest[:16]}"
 
 
-def _admit(client: dict, digest: str, sandbox: bool, dask_worker) -> dict:
+def _admit(client: dict, digest: str, sandbox: bool, dask_worker) -> Admission:
     here = bundle.fingerprint()
     why = bundle.differences(client, here)
     if not why and here["code"] != LOADED_CODE:
@@ -57,35 +69,35 @@ def _admit(client: dict, digest: str, sandbox: bool, dask_worker) -> dict:
 
         why = probe()
     if why:
-        return {"refused": why}
+        return NotAdmitted(why)
     tar = bundle.cached(bundle_base(dask_worker), digest)
     if tar is None and not (course_dir(dask_worker, digest) / bundle.READY).exists():
-        return {"needs_bundle": True}
+        return NeedsBundle()
     if tar is not None:
         bundle.unpack(tar, course_dir(dask_worker, digest))
     return _admitted(dask_worker, here["code"])
 
 
-def _admitted(dask_worker, code: str) -> dict:
+def _admitted(dask_worker, code: str) -> Admitted:
     zygote(dask_worker.local_directory, code)  # its imports start now, while the first tasks come
-    return {"threads": dask_worker.state.nthreads}
+    return Admitted(dask_worker.state.nthreads)
 
 
-async def admit(client: dict, digest: str, sandbox: bool, dask_worker=None) -> dict:
-    """{"refused": why}, {"needs_bundle": True} or {"threads": n} (ready to grade)."""
+async def admit(client: dict, digest: str, sandbox: bool, dask_worker=None) -> Admission:
+    """NotAdmitted(why), NeedsBundle() or Admitted(threads) (ready to grade)."""
     return await asyncio.to_thread(_admit, client, digest, sandbox, dask_worker)
 
 
-def _install(digest: str, data: bytes, dask_worker) -> dict:
+def _install(digest: str, data: bytes, dask_worker) -> Admitted | NotAdmitted:
     try:
         tar = bundle.install(bundle_base(dask_worker), digest, data)
     except ValueError as exc:
-        return {"refused": str(exc)}
+        return NotAdmitted(str(exc))
     bundle.unpack(tar, course_dir(dask_worker, digest))
     return _admitted(dask_worker, LOADED_CODE)
 
 
-async def install(digest: str, data: bytes, dask_worker=None) -> dict:
+async def install(digest: str, data: bytes, dask_worker=None) -> Admitted | NotAdmitted:
     return await asyncio.to_thread(_install, digest, data, dask_worker)
 
 
@@ -121,25 +133,24 @@ def _outputs(course: Path, student: str, assignment: str) -> dict[str, bytes]:
     return files
 
 
-def grade_task(run_id: str, digest: str, job, timeout: int, student: str, files: dict[str, bytes],
-               submitted_at: float) -> dict | None:
-    """The task: grade one student. None if the run was stopped meanwhile; {"error": why} if this
+def grade_task(task: StudentTask) -> Graded | CouldNotGrade | RunStopped:
+    """The task: grade one student. RunStopped if the run was stopped meanwhile; CouldNotGrade if this
     worker could not grade at all (the client refuses it and sends the student elsewhere)."""
     from distributed import get_worker
 
     started, worker = time.time(), get_worker()
     with _LOCK:
-        if run_id in _ENDED:
-            return None
-        state = _RUNS.setdefault(run_id, RunState())
+        if task.run_id in _ENDED:
+            return RunStopped()
+        state = _RUNS.setdefault(task.run_id, RunState())
         state.tasks += 1
     try:
-        return _grade(state, worker, digest, job, timeout, student, files) | {
-            "worker": worker.address, "wait": max(0.0, started - submitted_at), "wall": time.time() - started}
+        return replace(_grade(state, worker, task), wait=max(0.0, started - task.submitted_at),
+                       wall=time.time() - started)
     except _Stopped:
-        return None
+        return RunStopped()
     except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}", "worker": worker.address}
+        return CouldNotGrade(f"{type(exc).__name__}: {exc}", worker.address)
     finally:
         with _LOCK:
             state.tasks -= 1
@@ -149,8 +160,9 @@ class _Stopped(Exception):
     pass
 
 
-def _grade(state: RunState, worker, digest: str, job, timeout: int, student: str, files: dict[str, bytes]) -> dict:
-    course = course_dir(worker, digest)
+def _grade(state: RunState, worker, task: StudentTask) -> Graded:
+    job, student = task.job, task.student
+    course = course_dir(worker, task.digest)
     if not (course / bundle.READY).exists():
         raise RuntimeError(f"the course bundle is not unpacked at {course}")
     assignment = job.assignment
@@ -166,21 +178,22 @@ def _grade(state: RunState, worker, digest: str, job, timeout: int, student: str
                 raise _Stopped
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
-        for rel, data in files.items():
+        for rel, data in task.files.items():
             if ".." in Path(rel).parts or Path(rel).is_absolute():
                 raise ValueError(f"unsafe file name in the task: {rel!r}")
             dest = course / "submitted" / student / assignment / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         offset = grader.log.stat().st_size
-        grader.conn.send(student)
-        result, cpu, rss = grader_process.wait(grader, student, timeout, lambda: state.stopped)
+        grader.conn.send(Grade(student))
+        result, cpu, rss = grader_process.wait(grader, student, task.timeout, lambda: state.stopped)
         if result is None:
             raise _Stopped
         with open(grader.log, "rb") as fh:
             fh.seek(max(offset, grader.log.stat().st_size - LOG_TAIL))
             log = fh.read().decode(errors="replace")
-        return {"result": result, "files": _outputs(course, student, assignment), "log": log, "cpu": cpu, "rss": rss}
+        return Graded(result, _outputs(course, student, assignment), log, worker.address, wait=0.0, wall=0.0,
+                      cpu=cpu, rss=rss)
     finally:
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)

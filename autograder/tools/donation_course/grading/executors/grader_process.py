@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ...course import Course
+from .protocol import Died, Done, Ready, Stop, receive
 from .scratch import mark_owner, remove_orphans
 from .zygote import kill_tree, zygote
 
@@ -48,7 +49,7 @@ class Grader:
 def stop(grader: Grader, kill: bool) -> None:
     if not kill:
         try:
-            grader.conn.send(None)
+            grader.conn.send(Stop())
             deadline = time.monotonic() + 10
             while grader.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -85,9 +86,8 @@ def start(course: Path, job, local_directory: str) -> Grader:
     grader = Grader(0, None, scratch, log)
     try:
         grader.pid, grader.conn = zygote(local_directory).fork(job)
-        if not grader.conn.poll(READY_WITHIN):
+        if not grader.conn.poll(READY_WITHIN) or not isinstance(receive(grader.conn), Ready):
             raise EOFError
-        grader.conn.recv()  # ("ready", None)
     except (EOFError, OSError):
         if grader.conn is not None:
             stop(grader, kill=True)
@@ -127,11 +127,14 @@ def wait(grader: Grader, student: str, timeout: int, stopped: Callable[[], bool]
     deadline, peak, kernels = time.monotonic() + timeout, 0, {}
     while True:
         if grader.conn.poll(SAMPLE_EVERY):
-            try:
-                message = grader.conn.recv()
-            except (EOFError, OSError):
-                return StudentResult.failed(student, "the grading process died (out of memory or killed)"), None, peak
-            return message[1], message[2]["cpu"] + sum(kernels.values()), peak
+            match receive(grader.conn):
+                case Done(result=result, cpu=cpu):
+                    return result, cpu + sum(kernels.values()), peak
+                case Died():
+                    return (StudentResult.failed(student, "the grading process died (out of memory or killed)"),
+                            None, peak)
+                case message:
+                    raise RuntimeError(f"a grading process sent {message!r} while it graded {student}")
         if stopped():
             return None, None, peak
         if time.monotonic() > deadline:

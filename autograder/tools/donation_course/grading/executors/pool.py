@@ -21,6 +21,7 @@ from ... import interrupts
 from ...course import CourseError
 from ..results.result import StudentResult
 from ..run.state import held_locks
+from .protocol import Died, Done, Grade, Ready, Stop, receive
 from .worker import WorkerJob, serve
 
 # A worker that dies before it is ready has met a problem of the grader, not
@@ -96,7 +97,7 @@ class LocalPool:
     def close(self) -> None:
         for slot in self.slots:
             try:
-                slot.conn.send(None)
+                slot.conn.send(Stop())
             except OSError:
                 pass
         for slot in self.slots:
@@ -113,28 +114,31 @@ class LocalPool:
                 for slot in self.slots:
                     if slot.ready and slot.student is None and queue:
                         slot.student, slot.since = queue.pop(0), time.monotonic()
-                        slot.conn.send(slot.student)
+                        slot.conn.send(Grade(slot.student))
                 conns = {slot.conn: slot for slot in self.slots}
                 sentinels = {slot.proc.sentinel: slot for slot in self.slots}
                 for obj in wait(list(conns) + list(sentinels), timeout=1.0):
                     slot = conns.get(obj) or sentinels.get(obj)
                     if slot not in self.slots:
                         continue  # replaced in this round
-                    kind, payload = self._receive(slot, from_pipe=obj in conns)
-                    if kind == "wait":
-                        continue
-                    if kind == "ready":
-                        slot.ready, self.early_deaths = True, 0
-                        continue
-                    student, slot.student = slot.student, None
-                    if kind == "done":
-                        pending -= 1
-                        yield payload
-                        continue
-                    self.replace(slot)  # the worker process died
-                    if student is not None:
-                        pending -= 1
-                        yield StudentResult.failed(student, "the grading process died (out of memory or killed)")
+                    if obj not in conns and slot.conn.poll():
+                        continue  # the process ended with a message unread: read the message first
+                    match receive(slot.conn) if obj in conns else Died():
+                        case Ready():
+                            slot.ready, self.early_deaths = True, 0
+                        case Done(result=result):
+                            slot.student = None
+                            pending -= 1
+                            yield result
+                        case Died():
+                            student, slot.student = slot.student, None
+                            self.replace(slot)
+                            if student is not None:
+                                pending -= 1
+                                yield StudentResult.failed(student, "the grading process died (out of memory or "
+                                                           "killed)")
+                        case message:
+                            raise RuntimeError(f"grading worker {slot.i} sent {message!r}, which no worker sends")
                 now = time.monotonic()
                 for slot in list(self.slots):
                     if slot.student is not None and now - slot.since > self.timeout:
@@ -148,17 +152,6 @@ class LocalPool:
             raise
         finally:
             self.close()
-
-    @staticmethod
-    def _receive(slot: Slot, from_pipe: bool) -> tuple[str, object]:
-        if not from_pipe and slot.conn.poll():
-            return "wait", None  # the process ended with a message unread: read the message first
-        if not from_pipe:
-            return "dead", None
-        try:
-            return slot.conn.recv()
-        except (EOFError, OSError):
-            return "dead", None
 
 
 def last_line(log: str) -> str:

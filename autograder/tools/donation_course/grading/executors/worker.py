@@ -23,6 +23,7 @@ from ..referee.student import referee_student
 from ..reports.messages import cell_messages, diagnose, died_at_startup
 from ..results.result import CellGrade, Comment, NotebookResult, StudentResult
 from ..run.settings import KERNEL_SETTINGS_ENV, STUDENT_DIR_ENV, KernelSettings
+from .protocol import Died, Done, Grade, Ready, Stop, receive
 
 KERNEL_NAME = "donation-lab-graded"
 
@@ -251,7 +252,7 @@ def die_with_parent(parent: int) -> None:
 
 
 def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
-    """Worker main loop: receive a student id, send back a StudentResult.
+    """Worker main loop (protocol.py): Ready, then for each Grade(student) a Done(StudentResult) until Stop.
     `inherited`: the parent's ends of every worker's pipe and its lock file,
     closed here, so that this worker sees EOF when the parent goes and holds
     no lock of the parent's."""
@@ -282,20 +283,21 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
     os.chdir(course)
     unsynced_gradebook(Path(job.db))
     api = make_api(course, Path(job.db), job.cell_timeout)
-    conn.send(("ready", None))
+    conn.send(Ready())
     try:
         while True:
-            try:
-                student = conn.recv()
-            except EOFError:
-                return
-            if student is None:
-                return
+            match receive(conn):
+                case Grade(student=student):
+                    pass
+                case Stop() | Died():
+                    return
+                case message:
+                    raise RuntimeError(f"a grading worker got {message!r}, which the run never sends")
             try:
                 ensure_folders(job)
-                conn.send(("done", grade_one(api, course, job.assignment, student, Path(job.tmp))))
+                conn.send(Done(grade_one(api, course, job.assignment, student, Path(job.tmp))))
             except Exception:
-                conn.send(("done", StudentResult.failed(
+                conn.send(Done(StudentResult.failed(
                     student, "the grader itself failed on this submission; your instructor has the full log "
                     "(nothing you submitted was lost)", log=traceback.format_exc())))
     finally:

@@ -22,10 +22,13 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
+
+from .protocol import Done, Fork, Forked, Stop
 
 READY_WITHIN = 300       # seconds the zygote may take to start and fork
 IDLE_EXIT = 600          # a grading process that waits this long for a student exits (its client vanished)
@@ -57,8 +60,8 @@ def kill_all(procs) -> None:
 
 
 class MeasuredConnection:
-    """serve()'s pipe to the task: waits at most IDLE_EXIT for a student, and
-    adds this process's own core-seconds of each one to its result."""
+    """serve()'s pipe to the task: waits at most IDLE_EXIT for a student (then Stop), and
+    adds this process's own core-seconds of each one to its Done."""
 
     def __init__(self, conn: Connection):
         self.conn, self.start = conn, 0.0
@@ -72,14 +75,14 @@ class MeasuredConnection:
 
     def recv(self):
         if not self.conn.poll(IDLE_EXIT):
-            return None
+            return Stop()
         message = self.conn.recv()
         self.start = self.cpu()
         return message
 
     def send(self, message) -> None:
-        if message[0] == "done":
-            message = (*message, {"cpu": self.cpu() - self.start})
+        if isinstance(message, Done):
+            message = replace(message, cpu=self.cpu() - self.start)
         self.conn.send(message)
 
 
@@ -110,11 +113,15 @@ class Zygote:
         ours, theirs = Pipe()
         try:
             with self.lock:
-                self.conn.send(job)
+                self.conn.send(Fork(job))
                 send_handle(self.conn, theirs.fileno(), self.proc.pid)
                 if not self.conn.poll(READY_WITHIN):
                     raise EOFError
-                return self.conn.recv(), ours
+                match self.conn.recv():
+                    case Forked(pid=pid):
+                        return pid, ours
+                    case message:
+                        raise RuntimeError(f"the zygote answered {message!r} to a fork")
         finally:
             theirs.close()
 
@@ -192,9 +199,14 @@ def main(fd: int, parent: int) -> None:
     conn = Connection(fd)
     while True:
         try:
-            job, handle = conn.recv(), recv_handle(conn)
+            request, handle = conn.recv(), recv_handle(conn)
         except (EOFError, OSError):  # the worker died, or let this zygote go: its grading processes go too
             end()
+        match request:
+            case Fork(job=job):
+                pass
+            case _:
+                raise RuntimeError(f"the zygote got {request!r}; it only forks")
         if threading.active_count() != 1:
             raise RuntimeError(f"the zygote runs {threading.active_count()} threads; it forks from one only")
         pid = os.fork()
@@ -207,7 +219,7 @@ def main(fd: int, parent: int) -> None:
                 os._exit(0)
         os.close(handle)
         forked[pid] = str(Path(job.tmp).parent)
-        conn.send(pid)
+        conn.send(Forked(pid))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ program (screen.py: no custom calls, host callbacks or I/O, bounded
 sizes), compiles it for the CPU backend and runs it on its own arrays
 (programs.py, the one module that uses JAX's private APIs), and judges
 values, donation, buffer reuse and a training loop against its own
-reference (judge.py), one Verdict per check (verdict.py). combine.py joins
+reference (judge.py), one Verdict per check (verdict.py). What the worker,
+the server and its children say to each other are wire.py's typed messages,
+as JSON lines: data only, never pickles. combine.py joins
 each verdict to the kernel's score of the same grade cell: a point needs
 both, and a pass the kernel claims that the referee refutes flags the row.
 """

@@ -19,7 +19,6 @@ the next referee made in the same TMPDIR (`remove_stale`).
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import select
 import shutil
@@ -32,6 +31,8 @@ from pathlib import Path
 
 from ..executors.scratch import mark_owner, remove_orphans
 from .asks import ANSWERS
+from .verdict import Verdict
+from .wire import Request, line, read_ready, read_reply
 
 PREFIX = "referee-"    # the scratch folder's name in TMPDIR
 SECONDS = 20           # per answer: compile and run all its checks' programs
@@ -49,7 +50,7 @@ class RefereeFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class Judged:
-    verdicts: list    # judge.Verdict-shaped dicts
+    verdicts: tuple[Verdict, ...]
     seconds: float    # the referee's wall time, the request's round trip
 
 
@@ -96,7 +97,7 @@ class Referee:
                                      start_new_session=True)
         self.started = False
 
-    def _line(self, deadline: float) -> dict:
+    def _line(self, deadline: float) -> bytes:
         out, data = self.proc.stdout.fileno(), b""
         while not data.endswith(b"\n"):
             left = deadline - time.monotonic()
@@ -109,25 +110,33 @@ class Referee:
                 self.close()
                 raise RefereeFailed("the referee stopped")
             data += chunk
-        return json.loads(data)
+        return data
+
+    def _read(self, read, deadline: float):
+        """The server's next line, read as one message by `read` (wire.read_*); RefereeFailed if it is not one."""
+        text = self._line(deadline)
+        try:
+            return read(text)
+        except (ValueError, TypeError):
+            self.close()
+            raise RefereeFailed(f"the referee answered something else: {text[:200]!r}") from None
 
     def judge(self, answers: dict) -> Judged:
         """The verdicts of `answers` ({answer name: its hand-over or None})."""
         start = time.monotonic()
         self.start()
         if not self.started:
-            self._line(time.monotonic() + START_SECONDS)  # {"ready": true}
+            self._read(read_ready, time.monotonic() + START_SECONDS)
             self.started = True
-        request = {"answers": {k: v for k, v in answers.items() if k in ANSWERS}, "seconds": self.seconds,
-                   "memory_mb": self.memory_mb}
+        request = Request({k: v for k, v in answers.items() if k in ANSWERS}, self.seconds, self.memory_mb)
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.write(line(request))
             self.proc.stdin.flush()
         except OSError:
             self.close()
             raise RefereeFailed("the referee stopped") from None
-        reply = self._line(time.monotonic() + self.seconds * (len(request["answers"]) + 1) + 30)
-        return Judged(reply.get("verdicts", []), time.monotonic() - start)
+        reply = self._read(read_reply, time.monotonic() + self.seconds * (len(request.answers) + 1) + 30)
+        return Judged(reply.verdicts, time.monotonic() - start)
 
     def close(self) -> None:
         if self.proc is not None:

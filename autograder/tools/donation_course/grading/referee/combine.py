@@ -67,19 +67,19 @@ def judged_cells(source: Path) -> list:
     return list(_judged_cells(str(source), source.stat().st_mtime))
 
 
-def apply(verdicts: list, cells: dict, gradebook, autograded: dict, assignment: str, student: str) -> list:
-    """Combine the referee's `verdicts` (judge.Verdict dicts) with the kernel's scores.
+def apply(verdicts, cells: dict, gradebook, autograded: dict, assignment: str, student: str) -> list:
+    """Combine the referee's `verdicts` (verdict.Verdict) with the kernel's scores.
     cells: {notebook: [(grade_id, answer, check)]}; gradebook: an open nbgrader Gradebook (the worker's copy);
     autograded: {notebook: its autograded .ipynb}. Returns the RefereeFlags."""
     import nbformat
 
-    by_check = {v["check"]: v for v in verdicts}
+    by_check = {v.check: v for v in verdicts}
     flags = []
     for notebook, judged in cells.items():
         lost = {}
         for grade_id, answer, check in judged:
             verdict = by_check.get(check)
-            if verdict is None or verdict["outcome"] == PASS:
+            if verdict is None or verdict.outcome == PASS:
                 continue
             try:
                 grade = gradebook.find_grade(grade_id, notebook, assignment, student)
@@ -90,11 +90,11 @@ def apply(verdicts: list, cells: dict, gradebook, autograded: dict, assignment: 
             grade.auto_score = 0.0
             judged_on = "the value your cell handed over" if ANSWERS[answer].kind == VALUES \
                 else "the program your function compiles to"
-            lost[grade_id] = f"\u2718 {check}: {verdict['message']} (judged by the grader on {judged_on})"
-            if verdict["outcome"] == FAIL:
+            lost[grade_id] = f"\u2718 {check}: {verdict.message} (judged by the grader on {judged_on})"
+            if verdict.outcome == FAIL:
                 flags.append(RefereeFlag(notebook, grade_id,
                                          f"the kernel's check '{check}' passed, the referee's failed: "
-                                         f"{verdict['message']}"))
+                                         f"{verdict.message}"))
         if lost:
             gradebook.db.commit()
             _note_in_notebook(nbformat, autograded.get(notebook), lost)

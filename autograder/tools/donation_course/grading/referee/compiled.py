@@ -27,6 +27,8 @@ import base64
 import hashlib
 import re
 
+from .wire import Compiled
+
 MAX_BYTES = 64 << 20  # the memo's size in a server: executables of honest answers are tens of KiB
 _NAME = re.compile(r'\Amodule @(?:"(?:[^"\\]|\\.)*"|[\w$.\-]+)')
 
@@ -60,11 +62,11 @@ class Memo:
         self.blobs: dict[str, bytes] = {}
         self.size, self.max_bytes = 0, max_bytes
 
-    def offer(self, item: dict, allowed: set) -> bool:
-        """Keep a child's {"compiled": key, "blob": base64} if its key is one of `allowed` (texts the server
-        sent that child) and it fits."""
-        name, blob = item.get("compiled"), item.get("blob")
-        if not (isinstance(name, str) and name in allowed and name not in self.blobs and isinstance(blob, str)):
+    def offer(self, compiled: Compiled, allowed: set) -> bool:
+        """Keep a child's program (wire.Compiled) if its key is one of `allowed` (texts the server sent that
+        child) and it fits."""
+        name, blob = compiled.key, compiled.blob
+        if not (name in allowed and name not in self.blobs):
             return False
         try:
             data = base64.b64decode(blob, validate=True)
@@ -98,8 +100,8 @@ def load(data: bytes):
 
 
 def install(blobs: dict, send) -> None:
-    """In a referee child: programs.compile_program loads what the memo has, and compiles and `send`s (one
-    JSON-able dict) what it lacks."""
+    """In a referee child: programs.compile_program loads what the memo has, and compiles and `send`s (a
+    wire.Compiled) what it lacks."""
     from . import programs
 
     compile_program = programs.compile_program
@@ -114,7 +116,7 @@ def install(blobs: dict, send) -> None:
                 pass  # compiled again below
         executable = compile_program(text)
         try:
-            send({"compiled": name, "blob": base64.b64encode(serialize(executable)).decode()})
+            send(Compiled(name, base64.b64encode(serialize(executable)).decode()))
         except Exception:
             pass  # not kept: the next student's child compiles it again
         return executable

@@ -18,14 +18,12 @@ collections walk only what the judging made, not JAX's modules. The server
 keeps what its children compiled (compiled.py): the next student's honest
 answer, the same program, is loaded, not compiled again.
 
-Protocol (stdin, stdout; one JSON object per line): request
-{"answers": {name: hand-over or null}, "seconds": s, "memory_mb": m};
-reply {"verdicts": [{check, outcome, message}...], "seconds": wall time}.
+Its messages are wire.py's, one JSON line each: Ready once, then a Reply for each Request on stdin; a
+child writes Verdict, AnswerDone and Compiled lines to its pipe, each read and checked as data.
 """
 from __future__ import annotations
 
 import gc
-import json
 import os
 import resource
 import select
@@ -34,6 +32,7 @@ import sys
 import time
 
 from .compiled import Memo
+from .wire import AnswerDone, Compiled, Ready, Reply, Request, line, read_request
 
 
 def _drop_root() -> None:
@@ -62,7 +61,7 @@ def _die_with_parent() -> None:
 
 
 def _child(answers: list, write_fd: int, seconds: int, memory_mb: int) -> None:
-    """In the forked child: caps, then each answer's verdicts, one line each, and a line {"done": i} after
+    """In the forked child: caps, then each answer's verdicts, one line each, and AnswerDone(i) after
     answer i. Never returns."""
     code = 0
     try:
@@ -76,11 +75,11 @@ def _child(answers: list, write_fd: int, seconds: int, memory_mb: int) -> None:
         from .compiled import install
         from .judge import judge
 
-        install(MEMO.blobs, lambda item: os.write(write_fd, (json.dumps(item) + "\n").encode()))
+        install(MEMO.blobs, lambda compiled: os.write(write_fd, line(compiled)))
         for i, (answer, handover) in enumerate(answers):
             for verdict in judge(answer, handover):
-                os.write(write_fd, (json.dumps(verdict.to_dict()) + "\n").encode())
-            os.write(write_fd, (json.dumps({"done": i}) + "\n").encode())
+                os.write(write_fd, line(verdict))
+            os.write(write_fd, line(AnswerDone(i)))
     except MemoryError:
         code = 3
     except BaseException:
@@ -106,6 +105,7 @@ def _one_child(answers: list, verdicts: list, seconds: int, memory_mb: int) -> t
     stopped before the next one: "" when it finished them all)."""
     from .compiled import keys_of
     from .verdict import Verdict
+    from .wire import from_child
 
     sent = set().union(*(keys_of(handover) for _, handover in answers))  # the memo keeps only these texts' programs
     read_fd, write_fd = os.pipe()
@@ -127,18 +127,15 @@ def _one_child(answers: list, verdicts: list, seconds: int, memory_mb: int) -> t
         if not chunk:
             break
         *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            try:
-                item = json.loads(line.decode(errors="replace"))
-                if isinstance(item, dict) and "compiled" in item:
-                    MEMO.offer(item, sent)
-                elif isinstance(item, dict) and set(item) == {"done"}:
+        for text in lines:
+            match from_child(text):  # None: a line cut by the kill, or none of the kinds
+                case Compiled() as compiled:
+                    MEMO.offer(compiled, sent)
+                case AnswerDone(index=index) if index == finished:
                     finished += 1
                     deadline = time.monotonic() + seconds  # the next answer's own time
-                else:
-                    verdicts[finished].append(Verdict.from_dict(item))
-            except (ValueError, KeyError, TypeError, IndexError):
-                pass  # a line cut by the kill
+                case Verdict() as verdict if finished < len(answers):
+                    verdicts[finished].append(verdict)
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)  # (its pipe ended: it is exiting, with the status that says why)
     if finished == len(answers):
@@ -171,13 +168,12 @@ def judge_in_child(answer, handover, seconds: int, memory_mb: int) -> list:
     return judge_in_children([(answer, handover)], seconds, memory_mb)[0]
 
 
-def serve(request: dict) -> dict:
+def serve(request: Request) -> Reply:
     from .asks import ANSWERS
 
     start = time.monotonic()
-    seconds, memory_mb = int(request.get("seconds", 20)), int(request.get("memory_mb", 3072))
-    answers = [(ANSWERS[name], handover) for name, handover in (request.get("answers") or {}).items()
-               if name in ANSWERS]
+    seconds, memory_mb = request.seconds, request.memory_mb
+    answers = [(ANSWERS[name], handover) for name, handover in request.answers.items() if name in ANSWERS]
     # answers on the same number of CPU devices share a child (the device count is set before its backend starts)
     groups = {}
     for i, (answer, _) in enumerate(answers):
@@ -187,27 +183,26 @@ def serve(request: dict) -> dict:
         for i, found in zip(indices, judge_in_children([answers[i] for i in indices], seconds, memory_mb),
                             strict=True):
             judged[i] = found
-    verdicts = [v.to_dict() for found in judged for v in found]
-    return {"verdicts": verdicts, "seconds": time.monotonic() - start}
+    return Reply(tuple(v for found in judged for v in found), time.monotonic() - start)
 
 
 def main() -> None:
     _die_with_parent()
     if "--sandboxed" in sys.argv[1:]:  # outside the sandbox the interpreter may sit in root's home
         _drop_root()
-    replies = os.fdopen(os.dup(1), "w")
+    replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by a library goes to stderr, never into the replies
     import jax  # noqa: F401  (once, here: every child forks with it imported; no backend is started here)
 
     from . import judge  # noqa: F401
-    replies.write(json.dumps({"ready": True}) + "\n")
+    replies.write(line(Ready()))
     replies.flush()
-    for line in sys.stdin:
+    for text in sys.stdin:
         try:
-            request = json.loads(line)
-        except ValueError:
-            request = {}
-        replies.write(json.dumps(serve(request)) + "\n")
+            request = read_request(text)
+        except (ValueError, TypeError):
+            request = Request({})  # the client waits for a reply to each line: an empty one
+        replies.write(line(serve(request)))
         replies.flush()
 
 

@@ -1,0 +1,134 @@
+"""The referee's messages, one frozen dataclass per kind, and the JSON lines they travel as.
+
+They cross the sandbox's boundary, so they stay data: JSON text, never pickles (reading a pickle runs
+code). The hand-overs they carry come from a learner's kernel, and the server's child runs programs from
+there: a child taken over by such a program could write anything into its pipe. So every line is read as
+JSON and checked field by field into one of these types; a line that is none of them is dropped (from a
+child) or is the referee's failure (from the server). This is why they live here and not with the
+executors' messages (executors/protocol.py), which are pickled between the grader's own processes.
+
+The worker's client (client.py) and its server (server.py), on the server's stdin and stdout:
+    server -> client:  Ready() once it has imported JAX; a Reply(verdicts, seconds) per Request
+    client -> server:  Request(answers, seconds, memory_mb): one student's hand-overs, by answer name
+The server's child -> the server, on a pipe (server.py):
+    a Verdict (verdict.py) per check; AnswerDone(index) after each answer; Compiled(key, blob) per program it
+    compiled that the server's memo may keep (compiled.py)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .verdict import Verdict
+
+DEFAULT_SECONDS, DEFAULT_MEMORY_MB = 20, 3072  # a request that does not say
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The server has imported JAX: it takes requests now."""
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """Judge these answers ({answer name: its hand-over, JSON data, or None}), each within `seconds` and the
+    child within `memory_mb`."""
+    answers: dict
+    seconds: int = DEFAULT_SECONDS
+    memory_mb: int = DEFAULT_MEMORY_MB
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The verdicts of one request, and the server's wall time for it."""
+    verdicts: tuple[Verdict, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class AnswerDone:
+    """The child has given every verdict of the request's answer number `index` (its next answer's time
+    starts now)."""
+    index: int
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A program the child compiled: its key (compiled.key of its text) and the executable, base64."""
+    key: str
+    blob: str
+
+
+def line(message: Ready | Request | Reply | AnswerDone | Compiled | Verdict) -> bytes:
+    """One message as one JSON line."""
+    match message:
+        case Ready():
+            data = {"ready": True}
+        case Request(answers=answers, seconds=seconds, memory_mb=memory_mb):
+            data = {"answers": answers, "seconds": seconds, "memory_mb": memory_mb}
+        case Reply(verdicts=verdicts, seconds=seconds):
+            data = {"verdicts": [v.to_dict() for v in verdicts], "seconds": seconds}
+        case AnswerDone(index=index):
+            data = {"done": index}
+        case Compiled(key=key, blob=blob):
+            data = {"compiled": key, "blob": blob}
+        case Verdict():
+            data = message.to_dict()
+        case _:
+            raise TypeError(f"not a referee message: {message!r}")
+    return (json.dumps(data) + "\n").encode()
+
+
+def _object(text: bytes | str) -> dict:
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def _verdict(data) -> Verdict:
+    if not (isinstance(data, dict) and {"check", "outcome", "message"} <= set(data)):
+        raise ValueError(f"not a verdict: {str(data)[:200]}")
+    return Verdict.from_dict(data)
+
+
+def read_ready(text: bytes) -> Ready:
+    if _object(text) != {"ready": True}:
+        raise ValueError(f"not the referee's ready line: {text[:200]!r}")
+    return Ready()
+
+
+def read_request(text: bytes | str) -> Request:
+    """A request; ValueError if the line is not one. Missing limits take their defaults."""
+    data = _object(text)
+    answers = data.get("answers") or {}
+    if not isinstance(answers, dict):
+        raise ValueError("answers: not an object")
+    return Request(answers, int(data.get("seconds", DEFAULT_SECONDS)), int(data.get("memory_mb", DEFAULT_MEMORY_MB)))
+
+
+def read_reply(text: bytes) -> Reply:
+    """A reply; ValueError if the line is not one."""
+    data = _object(text)
+    verdicts, seconds = data.get("verdicts"), data.get("seconds")
+    if not isinstance(verdicts, list) or not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        raise ValueError(f"not a referee reply: {text[:200]!r}")
+    return Reply(tuple(_verdict(v) for v in verdicts), float(seconds))
+
+
+def from_child(text: bytes) -> Verdict | AnswerDone | Compiled | None:
+    """One line of a child's pipe as its message; None for a line that is none (cut by a kill, or written by
+    a program that took the child over)."""
+    try:
+        data = _object(text.decode(errors="replace"))
+    except ValueError:
+        return None
+    match data:
+        case {"done": int(index)} if len(data) == 1 and not isinstance(index, bool):
+            return AnswerDone(index)
+        case {"compiled": str(key), "blob": str(blob)} if len(data) == 2:
+            return Compiled(key, blob)
+    try:
+        return _verdict(data)
+    except ValueError:
+        return None
