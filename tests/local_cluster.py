@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from donation_course.grading.executors.zygote import kill_all
-from helpers import COURSE_CMD, free_port
+from helpers import COURSE_CMD, free_port, machine_load
 
 # a grading kernel's process, at each step of its launch (kernel.py, bwrap, the kernel itself)
 KERNEL_WORDS = ("grading.integrity.kernel", "bwrap", "ipykernel", "grading.integrity.audit")
@@ -33,7 +33,7 @@ class Cluster:
         self.client = Client(self.address, timeout=60, set_as_default=False)
         for name in ("w1", "w2"):
             self.start_worker(name)
-        self.client.wait_for_workers(2, timeout=120)
+        self.client.wait_for_workers(2, timeout=scaled(120))
 
     def start(self, name: str, cmd: list, env: dict | None = None) -> None:
         with open(self.folder / f"{name}.log", "w") as log:
@@ -145,7 +145,16 @@ def describe(procs) -> list[str]:
     return out
 
 
+def scaled(seconds: float) -> float:
+    """`seconds` stretched by how busy the machine is now (helpers.machine_load, at most 4x): a wait for a run,
+    a worker or the scheduler to reach a state is for liveness, not a time budget, and a loaded machine only
+    makes each step slower."""
+    return seconds * min(4.0, machine_load())
+
+
 def wait_for(predicate, timeout: float, what: str):
+    """Poll `predicate` until it is true (and return its value) for `timeout` seconds, scaled with the load."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

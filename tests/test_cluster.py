@@ -31,6 +31,7 @@ from local_cluster import (
     grading_processes,
     kernels_of,
     kill_all,
+    scaled,
     scratch_folders,
     wait_for,
     zygotes_of,
@@ -133,7 +134,7 @@ def stop(run: subprocess.Popen) -> None:
     if run.poll() is None:
         run.send_signal(signal.SIGINT)
         try:
-            run.wait(timeout=120)
+            run.wait(timeout=scaled(120))
         except subprocess.TimeoutExpired:
             run.kill()
             run.wait()
@@ -214,7 +215,7 @@ def test_a_mismatched_worker_is_refused_in_one_line(cluster, corpus_files, tmp_p
                          cmd=[sys.executable, "-m", "distributed.cli.dask_worker", "--nthreads", "1",
                               "--no-dashboard"])
     try:
-        cluster.client.wait_for_workers(3, timeout=120)
+        cluster.client.wait_for_workers(3, timeout=scaled(120))
         odd = cluster.worker_address("odd")
         files = submissions(corpus_files, tmp_path / "files", ["partial", "nodonate"])
         course = generated_course(tmp_path / "course")
@@ -244,7 +245,7 @@ def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus
                         240, "a worker with a student and its kernel in hand")
         assert not over(run, log), log.read_text()
         run.send_signal(signal.SIGINT)
-        assert run.wait(timeout=120) == 130, (held, log.read_text())
+        assert run.wait(timeout=scaled(120)) == 130, (held, log.read_text())
     finally:
         stop(run)
     # the run exits only once each worker has stopped its grading processes and removed their files
@@ -277,7 +278,7 @@ def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpu
             assert not over(run, log), log.read_text()
             in_progress_then, zygotes = in_progress(cluster, "w1"), zygotes_of(cluster, "w1")
             cluster.kill_group("w1")
-            assert run.wait(timeout=400) == 0, log.read_text()
+            assert run.wait(timeout=scaled(400)) == 0, log.read_text()
         finally:
             stop(run)
         rows = read_grades(course / ".grading" / "grades.csv")  # fails on a student listed twice
@@ -298,5 +299,5 @@ def test_a_worker_killed_mid_run_leaves_every_student_graded_once(cluster, corpu
         wait_for(lambda: victim not in cluster.client.scheduler_info(n_workers=-1)["workers"], 60,
                  "the scheduler to drop the killed worker")
         cluster.start_worker("w1")
-        cluster.client.wait_for_workers(2, timeout=120)
+        cluster.client.wait_for_workers(2, timeout=scaled(120))
 
