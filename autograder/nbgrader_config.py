@@ -46,9 +46,11 @@ c.GenerateSolution.preprocessors = [
 ]
 
 # Feedback HTML: strip hidden-test source and tracebacks from grade cells,
-# keeping each check's learner message (autograder/tools/donation_course/grading/reports/feedback.py).
+# keeping each check's learner message, and show what a learner wrote as text,
+# never as HTML or script (autograder/tools/donation_course/grading/reports/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "donation_course.grading.reports.feedback.StripHiddenTests",
+    "donation_course.grading.reports.feedback.LearnerContentAsText",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

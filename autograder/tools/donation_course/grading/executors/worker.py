@@ -124,7 +124,9 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     # No automagic: a one-line cell like `system id` would run as %system (the scan reads it so, too).
     cfg.Execute.extra_arguments = [*cfg.Execute.get("extra_arguments", []), "--InteractiveShell.xmode=Plain",
                                    "--InteractiveShell.automagic=False"]
-    cfg.GenerateFeedback.exporter_class = "donation_course.grading.reports.feedback.CachedHTMLExporter"
+    from ..reports.feedback import use_grader_feedback
+
+    use_grader_feedback(cfg)
     # The runtime audit's last cell around nbgrader's own execution (audit_log.py)
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import Execute

@@ -1,13 +1,25 @@
-"""Feedback preprocessor: hidden-test source and tracebacks never reach the
-learner's HTML. Registered in autograder/nbgrader_config.py through
+"""Feedback preprocessors, registered in autograder/nbgrader_config.py through
 `c.GenerateFeedback.preprocessors`.
 
-In every grade cell, the `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS`
-block is replaced by a one-line note, and every error output is reduced to the
-exception's message (the learner message the check raised), without the
-traceback that would quote the hidden source.
+StripHiddenTests: hidden-test source and tracebacks never reach the learner's
+HTML. In every grade cell, the `### BEGIN HIDDEN TESTS` ... `### END HIDDEN
+TESTS` block is replaced by a one-line note, and every error output is
+reduced to the exception's message (the learner message the check raised),
+without the traceback that would quote the hidden source.
+
+LearnerContentAsText: nothing a learner wrote runs in a browser that opens
+the feedback page (theirs, or the instructor's). nbconvert writes a
+`text/html`, `text/markdown`, `image/svg+xml` or `application/javascript`
+output into the page as it is, and renders a Markdown cell's raw HTML; its
+own `sanitize_html` option escapes every Markdown cell, the lessons' too.
+So outputs keep only the kinds nbconvert escapes or draws from data (text,
+PNG, JPEG, GIF), a Markdown or raw cell whose text is in none of the
+course's own copies of that notebook (release/, source/) is shown as its
+text, and the notebook's widget state, which loads widget code from the
+web, is dropped.
 """
 import re
+from pathlib import Path
 
 import jinja2
 from nbconvert.exporters import HTMLExporter
@@ -73,6 +85,85 @@ class StripHiddenTests(NbGraderPreprocessor):
                     if isinstance(data.get(key), str):
                         data[key] = no_paths(data[key])
         return cell, resources
+
+
+# output kinds nbconvert's templates escape (text) or draw from base64 data it escapes (images)
+SHOWN_KINDS = ("text/plain", "image/png", "image/jpeg", "image/gif")  # images: only if their data is base64
+NOT_SHOWN = "[{kinds} output: not shown in feedback, which shows text and images only]"
+
+
+def is_base64(value) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9+/=\s]*", value) is not None
+
+
+def safe_output(output) -> None:
+    """Keep only SHOWN_KINDS of a display or result output; if none is left, a line saying what was there."""
+    data = output.get("data", {})
+    dropped = sorted(kind for kind, value in data.items()
+                     if kind not in SHOWN_KINDS or (kind != "text/plain" and not is_base64(value)))
+    for kind in dropped:
+        del data[kind]
+    if dropped and not data:
+        data["text/plain"] = NOT_SHOWN.format(kinds=", ".join(dropped))
+    output["metadata"] = {kind: {k: v for k, v in meta.items() if k in ("width", "height")}
+                          for kind, meta in output.get("metadata", {}).items()
+                          if kind in data and isinstance(meta, dict)}
+
+
+def as_text(source: str) -> str:
+    """Markdown that shows `source` as it is written: a fenced block longer than any run of backticks in it."""
+    longest = max((len(run) for run in re.findall(r"`+", source)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{source}\n{fence}"
+
+
+def instructor_text(root: Path, assignment: str, notebook: str) -> set:
+    """The Markdown and raw cells' text of the course's own copies of a notebook (release/ and source/)."""
+    import nbformat
+
+    texts = set()
+    for folder in ("release", "source"):
+        path = root / folder / assignment / f"{notebook}.ipynb"
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except (OSError, ValueError):
+            continue
+        texts |= {cell.source for cell in nb.cells if cell.cell_type in ("markdown", "raw")}
+    return texts
+
+
+class LearnerContentAsText(NbGraderPreprocessor):
+    """Show what a learner wrote as text in the feedback page, never as HTML or script (module docstring)."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.coursedir import CourseDirectory
+
+        info = resources.get("nbgrader", {})
+        root = Path(CourseDirectory(config=self.config).root)
+        trusted = instructor_text(root, info.get("assignment", ""), info.get("notebook", ""))
+        nb.metadata.pop("widgets", None)
+        for cell in nb.cells:
+            if cell.cell_type in ("markdown", "raw") and cell.source not in trusted:
+                cell.cell_type, cell.source = "markdown", as_text(cell.source)
+                cell.pop("attachments", None)
+                cell.metadata.pop("raw_mimetype", None)
+                cell.metadata.pop("format", None)
+            for output in cell.get("outputs", []):
+                if output.get("output_type") in ("display_data", "execute_result"):
+                    safe_output(output)
+        return nb, resources
+
+
+def use_grader_feedback(cfg) -> None:
+    """Feedback pages in `cfg` (an nbgrader config) made by the grader's exporter and preprocessors, whatever the
+    course's config lists (one written for an older layout of this package names modules that moved): hidden
+    tests never reach a page, and nothing a learner wrote runs in one. The course's nbgrader_config.py lists the
+    same for a plain `nbgrader generate_feedback`."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import GetGrades
+
+    cfg.GenerateFeedback.exporter_class = CachedHTMLExporter
+    cfg.GenerateFeedback.preprocessors = [GetGrades, StripHiddenTests, LearnerContentAsText, CSSHTMLHeaderPreprocessor]
 
 
 class MemoryBytecodeCache(jinja2.BytecodeCache):

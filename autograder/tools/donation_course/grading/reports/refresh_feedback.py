@@ -96,8 +96,11 @@ def make_api(course: Course):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
+    from .feedback import use_grader_feedback
+
     cfg = load_config(course.root)
     cfg.CourseDirectory.root = str(course.root)
+    use_grader_feedback(cfg)
     return NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
 
 
