@@ -20,11 +20,11 @@ A fix that only silences the warning (donating params alone) or that copies
 (no donation) keeps its values right and earns the values check only.
 
 The referee: each check first hands fixed_step over as data
-(hidden/handover.py: the program a jax.jit function lowers to), and the
-grader judges that program again where no learner code runs
-(grading/referee/judge.py); a point needs both passes. What the program
-cannot show (a request to donate the batch, which JAX drops with a warning)
-rests on these checks alone.
+(hidden/handover.py: the program a jax.jit function lowers to, with the
+donation it requested), and the grader judges that program again where no
+learner code runs (grading/referee/judge.py); a point needs both passes. A
+request to donate the batch, which JAX drops with a warning and no mark in
+the program, is judged there from the request handed over with it.
 """
 from donation_course.hidden.handover import hand_over
 from donation_course.hidden.safe import (  # the builtins among these shadow the live ones on purpose

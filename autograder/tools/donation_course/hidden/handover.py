@@ -4,8 +4,11 @@ When a hidden check of lesson 3 or 7 runs, or a hand-over of
 hidden/lessons.py in a graded self-check of lessons 1 to 6, it hands the
 function under test over (`hand_over`): a jax.jit function as the StableHLO
 programs it lowers to for the referee's signatures (grading/referee/asks.py),
-with their donation attributes and the arguments each keeps; anything else
-as its shape only. Lesson 5's answers are values (`hand_over_values`): a JAX
+with their donation attributes, the arguments each keeps, and the donation
+it requested (`requested`: one flag per flat argument, from the lowering's
+args_info; JAX marks a requested argument in the program only where an
+output can take its buffer, and drops the rest with a warning); anything
+else as its shape only. Lesson 5's answers are values (`hand_over_values`): a JAX
 array as its dtype, shape and bytes, a str as its text, never a pickle.
 The hand-over is a display output of its own type (asks.MIME) in the
 check's grade cell: the worker reads it from the
@@ -45,6 +48,7 @@ from donation_course.hidden.safe import (
 )
 
 _Shape = jax.ShapeDtypeStruct
+_tree_leaves = jax.tree_util.tree_leaves
 _b64encode = b64encode
 _make_mesh, _NamedSharding, _P, _Auto = jax.make_mesh, jax.sharding.NamedSharding, jax.sharding.PartitionSpec, \
     jax.sharding.AxisType.Auto
@@ -87,6 +91,13 @@ def _specs(answer, signature):
     return (params, opt, _Shape((signature, 3), f32), _Shape((signature,), f32))
 
 
+def _requested(lowered) -> list:
+    """The donation the call asked for, one flag per flat argument in JAX's order (positional arguments, then
+    keyword ones by sorted name): every argument donate_argnums or donate_argnames names, used by the program
+    or not."""
+    return [info.donated is True for info in _tree_leaves(lowered.args_info)]
+
+
 def _entry(answer, fn) -> dict:
     """What the referee gets for one function: its programs per signature, or its shape."""
     if type(fn) is not JitFunction:
@@ -102,7 +113,8 @@ def _entry(answer, fn) -> dict:
                     lowered = fn.lower(*args, **kwargs)
                 else:
                     lowered = fn.lower(*_specs(answer, signature))
-                found[key] = {"text": lowered.as_text(), "kept": kept_inputs(lowered)}
+                found[key] = {"text": lowered.as_text(), "kept": kept_inputs(lowered),
+                              "requested": _requested(lowered)}
         except Exception as exc:
             found[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
     return {"programs": found}

@@ -3,12 +3,15 @@ the grader's process reads it, the grading kernel's hand-over and the
 referee's judge both build on it).
 
 An answer is handed over as the programs its jax.jit function lowers to, one
-per signature below, or (VALUES answers) as values: arrays as their dtype,
-shape and raw bytes, strings as text, never pickles. The referee judges the
-grade cells that call a function in CHECKS (a hidden check of lesson 3 or 7,
-or a hand-over of hidden/lessons.py in lessons 1, 2, 4, 5 and 6); KERNEL_ONLY
-lists the rest (Python-level behaviour no program or value shows), which
-rests on the kernel's checks alone.
+per signature below, each with its donation request (one flag per flat
+argument: what the function asked to donate, which JAX keeps in the program
+only where an output can take the buffer), or (VALUES answers) as values:
+arrays as their dtype, shape and raw bytes, strings as text, never pickles.
+The referee judges the grade cells that call a function in CHECKS (a hidden
+check of lesson 3 or 7, or a hand-over of hidden/lessons.py in lessons 1, 2,
+4, 5 and 6); KERNEL_ONLY lists the rest (Python-level behaviour, or state of
+the learner's kernel, that no program, request or value shows), which rests
+on the kernel's checks alone.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ MIME = "application/vnd.donation-lab.handover+json"
 MAX_PROGRAM_CHARS = 1 << 20   # one program's StableHLO text
 MAX_HANDOVER_BYTES = 8 << 20  # one answer's hand-over, all its outputs together
 MAX_FUNCTIONS = 64            # function objects handed over for one answer
+MAX_LEAVES = 64               # flat arguments of one call (its donation request's flags)
 
 
 PROGRAMS, VALUES = "programs", "values"  # what an answer is handed over as
@@ -166,17 +170,13 @@ CHECKS.update({
     ("lessons", "hand_over_quiet_fixed"): ("l6-quiet-fixed", "quiet_fixed (lesson 6)"),
 })
 # Judged in the kernel only, with the reason: Python-level behaviour, or state of the learner's kernel, that no
-# program or value handed over shows. Keys: (hidden module, check) for a whole hidden check; ("lesson", grade id)
-# for a graded self-check of lessons 1 to 6, or the part of one, that the referee cannot judge.
+# program, donation request or value handed over shows. Keys: (hidden module, check) for a whole hidden check;
+# ("lesson", grade id) for a graded self-check of lessons 1 to 6, or the part of one, that the referee cannot judge.
+# (A request JAX drops, such as lesson 3's batch or lessons 1 and 4's grads, is judged: it is handed over with
+# each program.)
 KERNEL_ONLY = {
     ("capstone", "check_untied"): "which buffers init_opt_state's leaves share, in the kernel",
     ("capstone", "check_nan_hunt"): "what hunt_nans does to jax's config and to train_step's cache",
-    ("lesson", "l1-q1-check"): "a request to donate grads too, which JAX drops with a warning (no mark in the "
-                               "program); the referee judges the rest",
-    ("lesson", "l3-bug-values"): "a request to donate the batch, which JAX drops with a warning (no mark in the "
-                                 "program); the referee judges the values",
-    ("lesson", "l4-q1-check"): "a request to donate grads too, which JAX drops with a warning; the referee judges "
-                               "the rest",
     ("lesson", "l4-q2-check"): "untied_params: whether its leaves share one buffer in the kernel (its values are "
                                "zeros either way)",
     ("lesson", "l5-q1-check"): "y_in deleted, scale's cached program cleared and debug_nans off: state of the "
@@ -194,3 +194,13 @@ def signature_key(answer: Answer, signature) -> str:
         dtype, length = signature
         return f"{dtype}[{length}]"
     return f"n={signature}"
+
+
+def flat_names(answer: Answer, signature) -> list:
+    """The names of one signature's flat arguments, in JAX's order: one flag each in the donation request."""
+    if isinstance(signature, Call):
+        return [path for path, _ in flat_specs(signature, answer.arguments)]
+    if answer is EXERCISE:
+        return ["state", "delta"]
+    return ["params['b']", "params['w']", "opt_state['count']", "opt_state['m']['b']", "opt_state['m']['w']",
+            "x", "y"]

@@ -10,8 +10,18 @@ handover["programs"]). Outcomes:
 - pass: the program does what the check asks;
 - fail: the program refutes it (a kernel that passed this check is flagged);
 - unjudged: nothing the referee can run (no program, another shape of answer,
-  a program refused or capped): the point is lost with the message, and
-  nothing is flagged.
+  a program refused or capped, a hand-over that contradicts itself): the
+  point is lost with the message, and nothing is flagged.
+
+A program comes with the donation its function requested (`requested`, one
+flag per flat argument: hidden/handover.py reads it from the lowering's
+args_info). JAX marks a requested argument in the program only where an
+output can take its buffer, and drops the rest with a warning, so a
+request no output can use (lesson 3's batch, lessons 1 and 4's grads,
+the exercise's delta, the capstone's x and y) is read from those flags:
+each check that forbids it in the kernel refutes it here. The flags must
+agree with the program (every argument it donates requested), or the
+hand-over is malformed and not judged.
 """
 from __future__ import annotations
 
@@ -36,6 +46,7 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     VALUES,
     Y_OUT,
     Answer,
+    flat_names,
     flat_specs,
     parse_spec,
     signature_key,
@@ -61,14 +72,21 @@ class Programs:
 
     def __init__(self, answer: Answer, entry):
         self.answer, self.entry, self.cache = answer, entry if isinstance(entry, dict) else {}, {}
+        self.requests = {}
 
     def get(self, signature):
         key = signature_key(self.answer, signature)
         if key not in self.cache:
-            self.cache[key] = self._load(key)
+            self.cache[key] = self._load(key, signature)
         return self.cache[key]
 
-    def _load(self, key: str):
+    def requested(self, signature) -> list:
+        """{argument name: asked to donate} for the signature's flat arguments, as handed over with its program
+        (checked against it: every argument the program donates is requested)."""
+        self.get(signature)
+        return self.requests[signature_key(self.answer, signature)]
+
+    def _load(self, key: str, signature):
         entry = self.entry
         if "shape" in entry:
             kind = str(entry["shape"])[:60]
@@ -92,6 +110,7 @@ class Programs:
                 and kept == sorted(set(kept))):
             raise _Unjudged(f"the hand-over of {self.answer.function} for {key} does not say which arguments "
                             "its program takes.")
+        self.requests[key] = self._request(key, signature, one.get("requested"), program, kept)
         try:
             if program.partitions > 1:
                 executable = programs.compile_sharded(program.text, program.partitions)
@@ -101,6 +120,37 @@ class Programs:
             raise _Unjudged(f"the program of {self.answer.function} for {key} does not compile: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
         return program, kept, executable
+
+    def _request(self, key: str, signature, flags, program, kept) -> dict:
+        """The donation request handed over with a program, refused as malformed (unjudged) unless it is one
+        flag per flat argument and says requested for every argument the program donates."""
+        names = flat_names(self.answer, signature)
+        function = self.answer.function
+        if not (isinstance(flags, list) and len(flags) == len(names) and all(f is True or f is False for f in flags)):
+            raise _Unjudged(f"the hand-over of {function} for {key} is malformed: it does not say, as one true or "
+                            f"false per argument ({len(names)}), which arguments {function} asks to donate, so the "
+                            "grader does not judge it.")
+        unasked = [names[i] for i, donated in zip(kept, program.donated, strict=True)
+                   if donated and i < len(names) and not flags[i]]
+        if unasked:
+            raise _Unjudged(f"the hand-over of {function} for {key} is malformed: its program donates "
+                            f"{', '.join(unasked)}, which its donation request says was not asked to donate. A "
+                            "hand-over that contradicts itself is not judged.")
+        return dict(zip(names, flags, strict=True))
+
+
+def dropped_request(p: Programs, signature) -> list:
+    """The arguments the function asked to donate that its program does not donate: no output could take their
+    buffers, so JAX dropped the request with a warning and left no mark in the program."""
+    program, kept, _ = p.get(signature)
+    marked = {kept[j] for j, donated in enumerate(program.donated) if donated}
+    return [name for i, (name, asked) in enumerate(p.requested(signature).items()) if asked and i not in marked]
+
+
+def _dropped_message(who: str, asked: list, rule: str) -> str:
+    return (f"{who} asks to donate {' and '.join(asked)}. No output can take "
+            f"{'that buffer' if len(asked) == 1 else 'those buffers'}, so JAX drops the request with a warning "
+            f"(it leaves no mark in the program) and the request saves nothing: {rule}")
 
 
 class Values:
@@ -235,7 +285,10 @@ def ex_invalidation(p: Programs) -> str:
         fail("after update_with_donate(state, delta), state is still alive: its program does not donate it.")
     if delta.is_deleted() or host(delta).tolist() != [0.5, -0.25]:
         fail("delta was deleted or changed by the call.")
-    return "its program donates state and keeps delta."
+    if p.requested(("float32", 2))["delta"]:
+        fail(_dropped_message("update_with_donate", ["delta"], "the specification says delta must not be "
+                              "donated."))
+    return "its program donates state and keeps delta, and only state is asked to donate."
 
 
 def ex_real_donation(p: Programs) -> str:
@@ -380,9 +433,12 @@ def cap_deleted(p: Programs) -> str:
         fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
     if xd.is_deleted() or yd.is_deleted() or flags[5] or flags[6]:
         fail("its program donates x or y.")
-    if flags != [True] * 5 + [False] * 2:
+    dropped = [n for n in dropped_request(p, 8) if n in ("x", "y")]
+    if dropped:
+        fail(_dropped_message("train_step", dropped, "donate params and opt_state, and nothing else."))
+    if flags != [True] * 5 + [False] * 2 or list(p.requested(8).values()) != [True] * 5 + [False] * 2:
         fail("its program does not donate exactly the leaves of params and opt_state.")
-    return "its program donates the 5 leaves of params and opt_state and keeps x and y."
+    return "its program donates the 5 leaves of params and opt_state and keeps x and y, and asks for nothing else."
 
 
 def cap_reuse(p: Programs) -> str:
@@ -464,6 +520,11 @@ def judge_calls(p: Programs, reference, donated: set, seed: int) -> str:
                 fail(f"{where} {path} was deleted by the call: only {' and '.join(sorted(donated))} may be donated.")
             if give and pointer not in after:
                 fail(f"{where} no output takes the buffer of {path}: its program does not reuse it.")
+    for signature in answer.signatures:  # what the program cannot show: a request JAX dropped
+        extra = [path for path, asked in p.requested(signature).items() if asked and _root(path) not in donated]
+        if extra:
+            fail(_dropped_message(f"for {answer.function}({signature.key}) it", extra,
+                                  f"donate {' and '.join(sorted(donated))} and nothing else."))
     return (f"{answer.function}'s program gives the right values and donates {' and '.join(sorted(donated))} "
             f"(reused by its outputs) on every call the grader tried.")
 
@@ -527,6 +588,14 @@ def _l3_flags(loaded) -> list:
     return [i in kept and program.donated[kept.index(i)] for i in range(len(L3_BATCH) + len(L3_STATE))]
 
 
+def _l3_batch_request(p: Programs) -> None:
+    """Refute a request to donate the batch, which no output can take (JAX drops it: no mark in the program);
+    the kernel's checks fail it (check_values, check_donated, and expect_training_step of l3-bug-check)."""
+    asked = [n for n in dropped_request(p, FIXED_STEP.signatures[0]) if n in L3_BATCH]
+    if asked:
+        fail(_dropped_message("fixed_step", asked, "donate params and opt_state only."))
+
+
 def l3_example(p: Programs) -> str:
     loaded = p.get(FIXED_STEP.signatures[0])
     rng = np.random.default_rng(31)
@@ -539,6 +608,9 @@ def l3_example(p: Programs) -> str:
         fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
     if any(leaf.is_deleted() for leaf in batch):
         fail("the batch was deleted by a step of its program.")
+    unused = dropped_request(p, FIXED_STEP.signatures[0])  # expect_training_step: no donation JAX cannot use
+    if unused:
+        fail(_dropped_message("fixed_step", unused, "donate params and opt_state only."))
     return "one step of its program gives the expected params, momentum and loss, and donates params and opt_state."
 
 
@@ -555,7 +627,9 @@ def l3_values(p: Programs) -> str:
             if leaf.is_deleted() or not close(host(leaf), values):
                 fail(f"{name} was deleted or changed by step {number} of its program.")
         state = [out[n] for n in L3_OUTPUTS[:4]]
-    return "three chained steps of its program on fresh batches give the expected values and keep each batch."
+    _l3_batch_request(p)
+    return ("three chained steps of its program on fresh batches give the expected values and keep each batch, "
+            "and no batch is asked to donate.")
 
 
 def l3_donated(p: Programs) -> str:
@@ -570,6 +644,7 @@ def l3_donated(p: Programs) -> str:
         fail(f"still alive after a step of its program, so not donated: {', '.join(alive)}.")
     if any(leaf.is_deleted() for leaf in batch) or any(flags[:2]):
         fail("its program donates the batch.")
+    _l3_batch_request(p)
     if not all(flags[2:]):
         fail("its program does not donate every leaf of params and opt_state.")
     return "its program donates the 4 leaves of params and opt_state and keeps the batch."

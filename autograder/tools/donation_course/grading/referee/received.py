@@ -7,14 +7,17 @@ time a function was handed over}; they are replayed in cell order into one
 hand-over per answer, {"programs": [entry per function], "checks": {check:
 index}}, which judge.judge reads. A learner's code can emit such outputs
 too: that is only another answer, and every field is checked for its type
-and size here and again by the referee.
+and size here and again by the referee. A program's donation request
+(`requested`, one flag per flat argument) that is not a list of at most
+asks.MAX_LEAVES booleans is replaced by None here, so the referee refuses
+that program as a malformed hand-over, saying why.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .asks import ANSWERS, MAX_FUNCTIONS, MAX_HANDOVER_BYTES, MIME
+from .asks import ANSWERS, MAX_FUNCTIONS, MAX_HANDOVER_BYTES, MAX_LEAVES, MIME
 
 
 def take_handovers(notebooks: list) -> dict:
@@ -66,5 +69,19 @@ def _replay(record, entries: dict, checks: dict, size: dict) -> None:
         size[name] = size.get(name, 0) + len(json.dumps(record["entry"]))
         if size[name] > MAX_HANDOVER_BYTES:
             return
-        answer_entries[index] = record["entry"]
+        answer_entries[index] = _bounded(record["entry"])
     checks.setdefault(name, {})[check] = index
+
+
+def _is_request(flags) -> bool:
+    return isinstance(flags, list) and len(flags) <= MAX_LEAVES and all(f is True or f is False for f in flags)
+
+
+def _bounded(entry):
+    """The entry, each of its programs' donation requests a list of at most MAX_LEAVES booleans or None."""
+    programs = entry.get("programs") if isinstance(entry, dict) else None
+    if isinstance(programs, dict):
+        for one in programs.values():
+            if isinstance(one, dict) and "requested" in one and not _is_request(one["requested"]):
+                one["requested"] = None
+    return entry
