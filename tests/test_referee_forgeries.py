@@ -1,5 +1,5 @@
-"""A kernel that forges every in-kernel check of lessons 2, 3, 5 and 6's graded self-checks gets only what the
-referee computes for its answers (issue 32), graded through `./course grade` in one class:
+"""A kernel that forges every in-kernel check of lessons 1 to 6's graded self-checks gets only what the referee
+computes for its answers (issue 32), graded through `./course grade` in one class:
 
 - forger-wrong: wrong answers to every graded self-check of the four lessons, in a kernel whose checks all pass
   (below). Each lesson's points are what the referee computes for those answers, which is what the same wrong
@@ -8,10 +8,14 @@ referee computes for its answers (issue 32), graded through `./course grade` in 
 - forger-right: the solution's answers in the forging kernel: full marks, unflagged (the referee judges the
   answer, not the kernel's claims);
 - honest-right: the solution's answers in an honest kernel: full marks, unflagged;
-- forger-kernel-only and honest-kernel-only: wrong answers whose mistake no program or value shows (lesson 3's
-  batch asked to donate, lesson 5's y_in left undonated and a hunt run op by op). Honestly they lose those
-  points; forged, they get the referee's full marks: a known gap (asks.KERNEL_ONLY), marked xfail(strict=True)
-  so that the test says so until the grader closes it.
+- forger-request and honest-request: a request to donate that JAX drops with a warning, which leaves no mark in
+  the program (lesson 1's train_step and lesson 4's sgd_update asking for grads too, lesson 3's fixed_step for
+  the batch): their programs are the right answers'. The referee reads the request handed over with each
+  program, so the forger gets what the honest twin gets, flagged with both verdicts;
+- forger-kernel-only and honest-kernel-only: wrong answers whose mistake no program, request or value shows
+  (lesson 5's y_in left undonated and a hunt run op by op). Honestly they lose those points; forged, they get
+  the referee's full marks: a known gap (asks.KERNEL_ONLY), marked xfail(strict=True) so that the test says so
+  until the grader closes it.
 
 The forgery is what a student who has read the grader would do once past the scan and the audit (issue 32's
 families: a cell the scan never read, a process the audit missed): every public expectation
@@ -21,7 +25,8 @@ pass line, and warnings silenced (nbgrader zeroes a grade cell that writes to st
 bypass: the course's kernel runs it before any learner code, for the forgers' kernels only (the kernel's
 working folder is autograded/<student>/<assignment>), with the audit off, so the referee is the one defence left.
 
-Lessons 1 and 4 are covered by test_referee.py's forging class, lesson 7's exercise and capstone too.
+Lessons 1 and 4's wrong programs are covered by test_referee.py's forging class, lesson 7's exercise and
+capstone too.
 """
 import json
 import shutil
@@ -100,12 +105,45 @@ REFUTED = [
     ("06_shardings", "l6-q2-check", "quiet_fixed (lesson 6)", "the input is still alive after the call"),
 ]
 
-# Wrong answers whose mistake no program or value handed over shows (asks.KERNEL_ONLY, docs/threat-model.md):
-# the points they lose honestly rest on the kernel's checks alone.
-KERNEL_ONLY_WRONG = {
-    # "donate everything": JAX drops the batch's request with a warning (no output can take it), which leaves
-    # no mark in the program: the program is the right answer's
+# Requests JAX drops with a warning (no output can take the buffer), which leave no mark in the program: each
+# program is the right answer's, and only the request handed over with it (hidden/handover.py) shows the mistake
+REQUEST_LESSONS = ("01_why_donate", "03_pitfalls", "04_pytrees")
+REQUEST_WRONG = {
+    # "the loop reads grads again": donating it too is the mistake lesson 1's check names
+    "l1-q1": "def _train_step(params, grads):\n    return params - 0.5 * grads\n\n"
+             "train_step = jax.jit(_train_step, donate_argnums=(0, 1))\n",
+    # "donate everything": the batch's request dropped
     "l3-bug-answer": "fixed_step = jax.jit(step_fn, donate_argnums=(0, 1, 2))\n",
+    # the caller may still need grads: donating the whole grads tree too
+    "l4-q1": '@functools.partial(jax.jit, donate_argnames=("params", "grads"))\n'
+             "def sgd_update(params, grads):\n    return jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)\n",
+}
+# What they earn honestly (the kernel's checks: lesson 1's and 4's expect_donation_request; every check of lesson
+# 3 but the loop, check_values, check_donated and the public expect_training_step's "asks for no donation JAX
+# cannot use"), and what the referee computes from the request (judge.py)
+REQUEST_HONEST = {
+    "01_why_donate": {"l1-q1-check": 0},
+    "03_pitfalls": {"l3-bug-check": 0, "l3-bug-values": 0, "l3-bug-donated": 0,
+                    "l3-bug-loop": POINTS["03_pitfalls"]["l3-bug-loop"]},
+    "04_pytrees": {"l4-q1-check": 0, "l4-q2-check": COURSE.grades["04_pytrees"]["l4-q2-check"]},
+}
+# Each pass the forging kernel claimed that the referee refuted from the request, as judge.py words it
+REQUEST_REFUTED = [
+    ("01_why_donate", "l1-q1-check", "train_step (lesson 1)", "for train_step(float32[3]) it asks to donate grads. "
+     "No output can take that buffer, so JAX drops the request"),
+    ("03_pitfalls", "l3-bug-check", "fixed_step worked example", "fixed_step asks to donate batch['x'] and "
+     "batch['y']"),
+    ("03_pitfalls", "l3-bug-values", "fixed_step values and batch", "fixed_step asks to donate batch['x'] and "
+     "batch['y']"),
+    ("03_pitfalls", "l3-bug-donated", "fixed_step donated leaves", "fixed_step asks to donate batch['x'] and "
+     "batch['y']"),
+    ("04_pytrees", "l4-q1-check", "sgd_update (lesson 4)", "for sgd_update(w=float32[2], b=float32[]) it asks to "
+     "donate grads['b'] and grads['w']"),
+]
+
+# Wrong answers whose mistake no program, request or value handed over shows (asks.KERNEL_ONLY,
+# docs/threat-model.md): the points they lose honestly rest on the kernel's checks alone.
+KERNEL_ONLY_WRONG = {
     # the exercise's own mistake: scale's program compiled under debug_nans is never cleared, so y_in is not
     # donated; y_out's value is right
     "l5-q1": ("scale = jax.jit(lambda y: 3.0 * y, donate_argnums=0)\n"
@@ -122,19 +160,16 @@ KERNEL_ONLY_WRONG = {
               "            return str(exc)\n"
               "    return None\n"),
 }
-# What they earn honestly, from the kernel's checks (hidden/debugging.py, the cells' public checks): every
-# check of lesson 3 but the loop fails a batch asked to donate (check_values, check_donated, and the public
-# expect_training_step's "asks for no donation JAX cannot use"); lesson 5's fail y_in alive and a step run op
-# by op. The referee passes them all.
+# What they earn honestly, from the kernel's checks (the cells' public checks): lesson 5's fail y_in alive and a
+# step run op by op. The referee passes them both.
 KERNEL_ONLY_HONEST = {
-    "03_pitfalls": {"l3-bug-check": 0, "l3-bug-values": 0, "l3-bug-donated": 0,
-                    "l3-bug-loop": POINTS["03_pitfalls"]["l3-bug-loop"]},
     "05_debug_nans": {"l5-q1-check": 0, "l5-q2-check": 0},
 }
 
 # student: (the lessons handed in, the answers that differ from the solution's)
 STUDENTS = {"forger-wrong": (LESSONS, WRONG), "honest-wrong": (LESSONS, WRONG),
             "forger-right": (LESSONS, {}), "honest-right": (LESSONS, {}),
+            "forger-request": (REQUEST_LESSONS, REQUEST_WRONG), "honest-request": (REQUEST_LESSONS, REQUEST_WRONG),
             "forger-kernel-only": (tuple(KERNEL_ONLY_HONEST), KERNEL_ONLY_WRONG),
             "honest-kernel-only": (tuple(KERNEL_ONLY_HONEST), KERNEL_ONLY_WRONG)}
 
@@ -278,6 +313,29 @@ def test_right_answers_get_full_marks_unflagged_whether_or_not_the_kernel_forges
     assert all(float(row[nb]) == COURSE.points[nb] for nb in LESSONS), row
 
 
+def test_a_request_jax_drops_loses_its_points_honestly_unflagged(forgeries):
+    rows, _, scores = forgeries
+    row = rows["honest-request"]
+    assert row["status"] != "flagged" and "the referee's failed" not in row["reason"], row
+    assert {nb: scores["honest-request"][nb] for nb in REQUEST_HONEST} == REQUEST_HONEST
+
+
+def test_a_forging_kernel_gains_nothing_from_a_request_jax_drops_and_is_flagged_with_both_verdicts(forgeries):
+    rows, summaries, scores = forgeries
+    row, withheld = rows["forger-request"], summaries["forger-request"]["withheld"]
+    assert row["status"] == "flagged", row
+    # what accepting the flags would give is what the same answers earn honestly
+    assert {nb: withheld.get(nb, scores["forger-request"][nb]) for nb in REQUEST_HONEST} == REQUEST_HONEST, withheld
+    assert all(float(row[nb]) == 0 for nb in REQUEST_LESSONS), row  # flagged: nothing until looked at
+    reason = row["reason"]
+    for notebook, cell, check, why in REQUEST_REFUTED:
+        said = f"{notebook}/{cell}: the kernel's check '{check}' passed, the referee's failed: "
+        assert said in reason, (said, reason)
+        assert why in reason.split(said, 1)[1][:400], (why, reason)
+    assert reason.count("the referee's failed") == len(REQUEST_REFUTED), reason
+    assert "03_pitfalls/l3-bug-loop" not in reason and "04_pytrees/l4-q2-check" not in reason, reason
+
+
 def test_answers_whose_mistake_only_the_kernel_sees_lose_their_points_honestly(forgeries):
     rows, _, scores = forgeries
     row = rows["honest-kernel-only"]
@@ -287,8 +345,9 @@ def test_answers_whose_mistake_only_the_kernel_sees_lose_their_points_honestly(f
 
 @pytest.mark.xfail(strict=True, reason="a known gap (issue 32): these points rest on the kernel's checks alone "
                    "(asks.KERNEL_ONLY), so a kernel that forges them gets the referee's full marks, unflagged: "
-                   "lesson 3's batch asked to donate (l3-bug-check, l3-bug-values, l3-bug-donated: 4 of 5 "
-                   "points), lesson 5's y_in left undonated and find_nan run op by op (4 of 4)")
+                   "lesson 5's y_in left undonated (scale's program compiled under debug_nans never cleared: state "
+                   "of the kernel, y_out's value right) and find_nan run op by op (its message right), 4 of 4 "
+                   "points")
 def test_a_forging_kernel_gains_nothing_where_only_the_kernel_sees_the_mistake(forgeries):
     rows, summaries, scores = forgeries
     withheld = summaries["forger-kernel-only"]["withheld"]
