@@ -17,8 +17,9 @@ referee, where no learner code runs, compiles and judges those programs
 itself (grading/referee/). A function is handed over once; later checks
 that get the same function name it by its index.
 
-Nothing here can change a check's result: any failure to hand over is
-swallowed (the referee then says it received nothing), and warnings and
+Nothing here can change a check's result: a failure to hand over is said
+in a record of its own (`failed`; the referee then says it received
+nothing), and warnings and
 output of the lowering are silenced (nbgrader zeroes a grade cell that
 writes to stderr). Like safe.py, it is imported at kernel start, before
 learner code, and calls only what it captured then.
@@ -148,7 +149,7 @@ def hand_over_values(answer_name: str, check: str, values: dict) -> None:
         _publish({asks.MIME: {"answer": answer_name, "check": check, "index": len(sent) - 1, "entry": entry}},
                  metadata={})
     except Exception:
-        pass  # the referee says it received nothing; the kernel's own check goes on
+        _could_not(answer_name, check)
 
 
 def hand_over(answer_name: str, check: str, fn) -> None:
@@ -165,4 +166,14 @@ def hand_over(answer_name: str, check: str, fn) -> None:
         record["index"] = index
         _publish({asks.MIME: record}, metadata={})
     except Exception:
-        pass  # the referee says it received nothing; the kernel's own check goes on
+        _could_not(answer_name, check)
+
+
+def _could_not(answer_name: str, check: str) -> None:
+    """Say that `check` could not hand its answer over (the referee then says it received nothing, and the kernel's
+    own check goes on): a record a learner's function displayed while the check lowered it, before making the
+    lowering fail, is then the check's second and flags the student (grading/referee/received.py)."""
+    try:
+        _publish({asks.MIME: {"answer": answer_name, "check": check, "failed": True}}, metadata={})
+    except Exception:
+        pass

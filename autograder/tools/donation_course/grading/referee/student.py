@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .client import Referee
-from .combine import apply, judged_cells
+from .combine import RefereeFlag, apply, judged_cells
 from .received import take_handovers
 
 _REFEREE: list = []  # this worker process's referee, made on first use
@@ -63,7 +63,14 @@ def referee_student(course: Path, assignment: str, student: str, db_url: str, co
     if not cells:
         return Refereed()
     autograded = {nb: course / "autograded" / student / assignment / f"{nb}.ipynb" for nb in cells}
-    handovers = take_handovers(list(autograded.values()))  # read, and removed from the notebooks
+    got = take_handovers(autograded, cells)  # read, and removed from the notebooks
+    handovers = got.handovers
+    # a hand-over record the hidden checks did not write was displayed by the learner's code: the student is
+    # flagged for it, whatever the verdicts (the answer it names reached the referee as nothing)
+    tampered = {}
+    for odd in got.suspicious:
+        why = f"a hand-over to the grader that its checks did not make: {odd.reason}"
+        tampered.setdefault(odd.notebook, []).append(RefereeFlag(odd.notebook, odd.cell, why))
     with Gradebook(db_url, course_id) as gb:
         # only answers with a cell the kernel passed need the referee: a point the kernel failed is lost anyway
         wanted = set()
@@ -76,11 +83,11 @@ def referee_student(course: Path, assignment: str, student: str, db_url: str, co
                 if grade.max_score and (grade.auto_score or 0) >= grade.max_score:
                     wanted.add(answer)
         if not wanted:
-            return Refereed()
+            return Refereed(tampered)
         judged = referee().judge({name: handovers.get(name) for name in sorted(wanted)})
         flags = apply(judged.verdicts, cells, gb, autograded, assignment, student)
     print(f"referee: {student}: {judged.seconds:.3f} s", flush=True)  # the worker's log (docs/performance.md)
-    found = {}
+    found = tampered
     for flag in flags:
         found.setdefault(flag.notebook, []).append(flag)
     return Refereed(found, judged.seconds)
