@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .asks import ANSWERS, CHECKS, VALUES
+from .received import write_back
 from .verdict import FAIL, PASS
 
 _IMPORT = re.compile(r"import\s+donation_course\.hidden\.(\w+)\s+as\s+(\w+)")
@@ -115,4 +116,4 @@ def _note_in_notebook(nbformat, path, lost: dict) -> None:
                 "error", ename="HiddenCheckFailed",
                 evalue=message,
                 traceback=[]))
-    nbformat.write(nb, path)
+    write_back(nb, path)
