@@ -60,6 +60,8 @@ def test_ordinary_code_is_not_flagged(source):
 
 
 @pytest.mark.parametrize("source, reason", [
+    ("display({'application/vnd.donation-lab.handover+json': {}}, raw=True)\n", "hand-over output type"),
+    ("kind = f'application/vnd.{x}donation-lab.handover+json'\n", "hand-over output type"),
     ("import os\n", "imports os"),
     ("from importlib import reload\n", "imports importlib"),
     ("import numpy as np\nnp.allclose = lambda *a: True\n", "assigns attribute np.allclose"),

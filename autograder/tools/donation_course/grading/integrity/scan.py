@@ -26,6 +26,7 @@ from .scan_policy import (
     DENIED_MODULES,
     DENIED_NAMES,
     FUTURES,
+    GRADER_STRINGS,
     GUARDED,
     MAGIC_OPTIONS,
     MAGICS,
@@ -164,6 +165,9 @@ class _Visitor(ast.NodeVisitor):
         bad = next((p for p in parts if name_problem(p)), None) if all(p.isidentifier() for p in parts) else None
         if isinstance(s, str) and id(node) not in self.skip and (bad or "module://" in s):
             self.flag(node, f"string {s!r} names {bad}: {name_problem(bad)}" if bad else f"string {s!r}: an import")
+        for text, why in GRADER_STRINGS.items():
+            if isinstance(s, str) and text in s:
+                self.flag(node, f"a string with {text!r}: {why}")
 
     def visit_MatchClass(self, node):  # `case C(attr=...)` reads attributes by name
         self.receivers.add(id(node.cls))

@@ -43,4 +43,6 @@ DENIED_NAMES = {  # builtins never named (getattr/hasattr: only called directly,
     "__import__": "__import__ imports by name", "help": "help() imports modules by name", "input": "input() waits",
     "get_ipython": "IPython's shell (get_ipython): only %time and %timeit are allowed", "memoryview": "raw memory",
     "breakpoint": "breakpoint starts a debugger", "open": "file-system access (open)"}
+GRADER_STRINGS = {  # text in a string that only the grader's own code writes
+    "donation-lab.handover": "the grader's hand-over output type: only its checks hand answers to the referee"}
 GUARDED = {"testing": "numpy.testing only through its assert_*", "wraps": "only @wraps(f) on a def: it sets attributes"}
