@@ -596,14 +596,16 @@ def audit_verdict(out: str, cells: list, course_cells: list) -> list:
 
 
 # what the audit's verdict says for the forgeries written against it (issue #32); every other forgery is seen too,
-# but two that are no audit matter. first_output's display-hook output comes first in the grade cell, and the scores
-# follow the checks' signed passes whatever the outputs' order (test_scores_follow_signed_passes_not_the_order_of_
-# outputs). future_feature turns on features that are no-ops on this Python (they set no compiler flag: nothing
+# but three that are no audit matter. first_output's display-hook output comes first in the grade cell, and the
+# scores follow the checks' signed passes whatever the outputs' order (test_scores_follow_signed_passes_not_the_order_
+# of_outputs). future_feature turns on features that are no-ops on this Python (they set no compiler flag: nothing
 # changes at run time; the one that does, barry_as_FLUFL, is a tamper record:
 # test_what_a_check_runs_is_in_the_snapshot_closures_and_tables_included); the scan's rule is their layer.
+# handover_padded displays a forged hand-over record, an output like any other: the worker's reading of the
+# hand-overs (test_referee_received.py) and the scan's rule are its layers.
 SEEN_AS = {"future_barry": "(code or closure)", "self_inject": "the static scan never read",
            "ffmpeg_shell": "starts a process", "fake_end": "stopped before the notebook's end"}
-SCORED_NOT_SEEN = {"first_output", "future_feature"}
+SCORED_NOT_SEEN = {"first_output", "future_feature", "handover_padded"}
 
 
 @needs_bwrap
