@@ -129,8 +129,9 @@ def over(run: subprocess.Popen, log: Path) -> bool:
 
 
 def stop(run: subprocess.Popen) -> None:
-    """A run a failed test leaves: Ctrl-C, which puts the scheduler's allowed-failures back (a killed run
-    leaves it at 1, and the Ctrl-C test after it fails); SIGKILL if that does not end it."""
+    """A run a failed test leaves: Ctrl-C, which stops its grading on the workers and puts the scheduler's
+    allowed-failures back; SIGKILL if that does not end it (the next run then puts allowed-failures back:
+    test_a_run_killed_before_it_could_put_allowed_failures_back_leaves_the_next_run_the_true_value)."""
     if run.poll() is None:
         run.send_signal(signal.SIGINT)
         try:
@@ -230,6 +231,23 @@ def test_a_mismatched_worker_is_refused_in_one_line(cluster, corpus_files, tmp_p
     finally:
         cluster.stop("odd")
     wait_for(lambda: len(cluster.client.scheduler_info(n_workers=-1)["workers"]) == 2, 60, "the odd worker to leave")
+
+
+def test_a_run_killed_before_it_could_put_allowed_failures_back_leaves_the_next_run_the_true_value(cluster):
+    from donation_course.grading.executors.cluster import allowed_failures, put_back_failures
+
+    def now():
+        return cluster.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.allowed_failures)
+
+    assert now() == 3  # dask's default, as the module's runs leave it
+    killed = cluster.client.run_on_scheduler(allowed_failures(1))  # a run SIGKILLed after lowering it
+    assert killed == 3 and now() == 1
+    following = cluster.client.run_on_scheduler(allowed_failures(1))  # the next run
+    assert following == 3  # not the killed run's 1
+    cluster.client.run_on_scheduler(put_back_failures(following))
+    assert now() == 3
+    assert cluster.client.run_on_scheduler(allowed_failures(1)) == 3  # and a later run starts from the value it had
+    cluster.client.run_on_scheduler(put_back_failures(3))
 
 
 def test_ctrl_c_cancels_and_leaves_nothing_behind_on_the_workers(cluster, corpus_files, tmp_path, env,

@@ -74,12 +74,24 @@ class Task:
 
 
 def allowed_failures(n: int):
-    """For run_on_scheduler: set its allowed-failures to n, return what it was (a closure, sent
-    by value: the scheduler needs none of this package to run it)."""
+    """For run_on_scheduler: set its allowed-failures to n, return the value it had before any run lowered it.
+    The scheduler keeps that value (an attribute of its own) until a run puts it back (`put_back_failures`), so a
+    run killed before it could (SIGKILL) leaves the next run the true value to put back, not its own 1. (Closures,
+    sent by value: the scheduler needs none of this package to run them.)"""
     def swap(dask_scheduler=None):
-        prior, dask_scheduler.allowed_failures = dask_scheduler.allowed_failures, n
-        return prior
+        if getattr(dask_scheduler, "_donation_lab_allowed_failures", None) is None:
+            dask_scheduler._donation_lab_allowed_failures = dask_scheduler.allowed_failures
+        dask_scheduler.allowed_failures = n
+        return dask_scheduler._donation_lab_allowed_failures
     return swap
+
+
+def put_back_failures(n: int):
+    """For run_on_scheduler: allowed-failures back to n (what `allowed_failures` returned), the kept value gone."""
+    def put_back(dask_scheduler=None):
+        dask_scheduler.allowed_failures = n
+        dask_scheduler._donation_lab_allowed_failures = None
+    return put_back
 
 
 class ClusterExecutor:
@@ -283,7 +295,7 @@ class ClusterExecutor:
         self.closed = True
         try:
             if self.prior_failures is not None:
-                self.client.run_on_scheduler(allowed_failures(self.prior_failures))
+                self.client.run_on_scheduler(put_back_failures(self.prior_failures))
             self.end_run(kill=False)
         finally:
             line = self.log.summary(len(self.accepted), len(self.refused), len(self.bundle.data), self.bundles_sent)
