@@ -19,6 +19,7 @@ text, and the notebook's widget state, which loads widget code from the
 web, is dropped.
 """
 import re
+from functools import lru_cache
 from pathlib import Path
 
 import jinja2
@@ -117,19 +118,26 @@ def as_text(source: str) -> str:
     return f"{fence}text\n{source}\n{fence}"
 
 
-def instructor_text(root: Path, assignment: str, notebook: str) -> set:
+def instructor_text(root: Path, assignment: str, notebook: str) -> frozenset:
     """The Markdown and raw cells' text of the course's own copies of a notebook (release/ and source/)."""
-    import nbformat
-
     texts = set()
     for folder in ("release", "source"):
         path = root / folder / assignment / f"{notebook}.ipynb"
         try:
-            nb = nbformat.read(path, as_version=4)
+            texts |= _cell_texts(str(path), path.stat().st_mtime)
         except (OSError, ValueError):
             continue
-        texts |= {cell.source for cell in nb.cells if cell.cell_type in ("markdown", "raw")}
-    return texts
+    return frozenset(texts)
+
+
+@lru_cache(maxsize=32)
+def _cell_texts(path: str, mtime: float) -> frozenset:
+    """One notebook's Markdown and raw cells' text, read once per version of the file (`mtime`): a worker
+    writes every student's feedback from the same few notebooks."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return frozenset(cell.source for cell in nb.cells if cell.cell_type in ("markdown", "raw"))
 
 
 class LearnerContentAsText(NbGraderPreprocessor):
