@@ -90,6 +90,15 @@ FORGERIES = {
                                                 shown({"answer": "exercise", "check": "worked example", "index": 0,
                                                        "entry": ENTRY}),
                                                 shown({"answer": "exercise", "check": "values", "index": 3}))],
+    # as the grading client (executors/fastkernel.py) leaves them: a check's second record in its own cell (after
+    # the learner's forged one had taken its place), and the first of the learner's records dropped past the cap
+    "a check's second record, kept small": lambda: [grade_cell("ex-example",
+                                                               shown({"answer": "exercise", "check": "worked example",
+                                                                      "index": 0, "entry": FORGED}),
+                                                               shown({"answer": "exercise", "check": "worked example",
+                                                                      "again": True}))],
+    "dropped past the output cap": lambda: [new_code_cell("x", outputs=[shown({"dropped": True})]),
+                                            *honest_cells()],
     "a function never handed over": lambda: [grade_cell("ex-values",
                                                         shown({"answer": "exercise", "check": "values",
                                                                "index": 5}))],

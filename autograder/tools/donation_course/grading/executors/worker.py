@@ -117,6 +117,10 @@ def make_api(course: Path, db: Path, cell_timeout: int):
     # (nbgrader's Execute passes its own kernel_manager_class, so the client is set on the manager)
     cfg.AsyncKernelManager.client_class = "donation_course.grading.executors.fastkernel.GradingKernelClient"
     cfg.Execute.shutdown_kernel = "immediate"  # outputs are collected by then (see fastkernel.py)
+    # which cell runs, so that only the checks' own cells hand over on the hand-over budget (fastkernel.py)
+    from .fastkernel import note_cell
+
+    cfg.Execute.on_cell_execute = note_cell
     # Plain tracebacks: IPython's default "Context" mode reads and parses the
     # source of every frame (jax's too), ~0.15 s of kernel CPU per failing
     # check; grade cells show only the check's message anyway (feedback.py).

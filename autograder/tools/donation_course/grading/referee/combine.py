@@ -53,12 +53,15 @@ def _judged_cells(path: str, mtime: float) -> tuple:
     for cell in nb.cells:
         if cell.cell_type != "code" or not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
             continue
-        aliases = dict((alias, module) for module, alias in _IMPORT.findall(cell.source))
-        for alias, function in _CALL.findall(cell.source):
-            key = (aliases.get(alias), function)
-            if key in CHECKS:
-                found.append((grade_id(cell), *CHECKS[key]))
+        found += [(grade_id(cell), answer, check) for answer, check in checks_in(cell.source)]
     return tuple(found)
+
+
+def checks_in(source: str) -> list:
+    """[(answer, check)] that a grade cell of this source hands over (the calls of asks.CHECKS it makes)."""
+    aliases = dict((alias, module) for module, alias in _IMPORT.findall(source))
+    return [CHECKS[(aliases.get(alias), function)] for alias, function in _CALL.findall(source)
+            if (aliases.get(alias), function) in CHECKS]
 
 
 def judged_cells(source: Path) -> list:

@@ -21,6 +21,12 @@ here and again by the referee. A program's donation request (`requested`, one
 flag per flat argument) that is not a list of at most asks.MAX_LEAVES
 booleans is replaced by None here, so the referee refuses that program as a
 malformed hand-over, saying why.
+
+The grading kernel's client (executors/fastkernel.py) has already kept the
+learner's records off the checks' hand-over budget: they count against the
+output cap like any output, the first one past it arrives as DROPPED, and a
+check's second record in its own cell as {"answer", "check", "again": true};
+both flag the student here.
 """
 from __future__ import annotations
 
@@ -30,6 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .asks import ANSWERS, MAX_FUNCTIONS, MAX_HANDOVER_BYTES, MAX_LEAVES, MIME
+
+# What the grading kernel's client (executors/fastkernel.py) leaves in place of the first hand-over record of the
+# learner's that it drops past the output cap
+DROPPED = {"dropped": True}
 
 NOT_A_RECORD = "a hand-over output that is not a record the grader's checks write"
 
@@ -134,6 +144,8 @@ def _replay(record, expected: set, entries: dict, checks: dict, size: dict, seen
     write it, else why it is not (and it is not replayed)."""
     if not isinstance(record, dict):
         return NOT_A_RECORD
+    if record == DROPPED:
+        return "hand-over records displayed by the learner's code, dropped past the output cap"
     name, check, index = record.get("answer"), record.get("check"), record.get("index")
     if not isinstance(name, str) or name not in ANSWERS or not isinstance(check, str):
         return "a hand-over record for no answer the grader asks for"
