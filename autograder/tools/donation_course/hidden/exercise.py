@@ -19,6 +19,8 @@ np.testing.assert_allclose, jnp.allclose, builtins such as len/isinstance/
 abs/all, ...), and the checks only ever call the captured references and
 ndarray methods, never a name looked up in the learner's namespace.
 """
+from os import urandom as _urandom
+
 from donation_course.hidden.handover import hand_over
 from donation_course.hidden.safe import (  # the builtins among these shadow the live ones on purpose
     Exception,
@@ -93,8 +95,14 @@ def _large(rng):
     return values
 
 
+# Lengths drawn at grading time, as the referee draws its own (grading/referee/judge.py): an answer right only at
+# the lengths the course names (0, 2, 1 << 20, 1000, 13) fails here as it fails there, so the two verdicts agree
+# for it and it is not flagged, only wrong. Three more compilations.
+DRAWN_MIN, DRAWN_MAX = 3, 5000
+
+
 def _cases():
-    rng = default_rng(7)
+    rng = default_rng(int.from_bytes(_urandom(16), "little"))  # values and lengths no answer can know in advance
     normal = lambda n: rng.standard_normal(n, dtype=float32)  # noqa: E731
     yield "float32, 0 elements", zeros((0,), float32), zeros((0,), float32)
     yield f"float32, {SMALL} elements", normal(SMALL), normal(SMALL)
@@ -102,6 +110,16 @@ def _cases():
     yield "int32, 1000 elements", rng.integers(-1000, 1000, 1000, dtype=int32), \
         rng.integers(-1000, 1000, 1000, dtype=int32)
     yield "bfloat16, 13 elements", normal(13).astype(bfloat16), normal(13).astype(bfloat16)
+    for dtype in ("float32", "int32", "bfloat16"):
+        n = int(rng.integers(DRAWN_MIN, DRAWN_MAX))
+        if n in (SMALL, 13, 1000):
+            n += 1
+        label = f"{dtype}, {n} elements (a length drawn at grading time)"
+        if dtype == "int32":
+            yield label, rng.integers(-1000, 1000, n, dtype=int32), rng.integers(-1000, 1000, n, dtype=int32)
+        else:
+            kind = float32 if dtype == "float32" else bfloat16
+            yield label, normal(n).astype(kind), normal(n).astype(kind)
 
 
 @check("worked example")
@@ -117,7 +135,7 @@ def check_example(update_with_donate) -> str:
 
 @check("values")
 def check_values(update_with_donate) -> str:
-    """state + delta for many shapes, sizes and dtypes (random data, fixed seed)."""
+    """state + delta for many shapes, sizes and dtypes (random data and lengths, drawn at grading time)."""
     hand_over("exercise", 'values', update_with_donate)  # to the referee, as data
     for label, s_np, d_np in _cases():
         state, delta = device(s_np), device(d_np)
@@ -224,8 +242,10 @@ def check_real_donation(update_with_donate) -> str:
 def check_training_loop(update_with_donate, steps: int = 50) -> str:
     """`state = update_with_donate(state, delta)` in a loop does not grow live buffers."""
     hand_over("exercise", 'training loop', update_with_donate)  # to the referee, as data
-    delta = device(default_rng(3).standard_normal(SMALL, dtype=float32))
-    state = device(zeros((SMALL,), float32))
+    rng = default_rng(int.from_bytes(_urandom(16), "little"))  # a length and values drawn at grading time
+    n = int(rng.integers(DRAWN_MIN, DRAWN_MAX))
+    delta = device(rng.standard_normal(n, dtype=float32))
+    state = device(zeros((n,), float32))
     first = _call(update_with_donate, state, delta)  # warm-up call (compile)
     if not is_array(first):
         fail(f"update_with_donate should return a JAX array, got {type(first).__name__}.")

@@ -4,7 +4,9 @@ When a hidden check of lesson 3 or 7 runs, or a hand-over of
 hidden/lessons.py in a graded self-check of lessons 1 to 6, it hands the
 function under test over (`hand_over`): a jax.jit function as the StableHLO
 programs it lowers to for the referee's signatures (grading/referee/asks.py),
-with their donation attributes, the arguments each keeps, and the donation
+with their donation attributes (a signature of every length, asks.SYMBOLIC,
+as the one program jax.export lowers for a symbolic length n, which the
+referee runs at lengths it draws itself), the arguments each keeps, and the donation
 it requested (`requested`: one flag per flat argument, from the lowering's
 args_info; JAX marks a requested argument in the program only where an
 output can take its buffer, and drops the rest with a warning); anything
@@ -30,7 +32,7 @@ import jax
 from IPython.display import publish_display_data
 
 from donation_course.grading.referee import asks
-from donation_course.grading.referee.programs import kept_inputs
+from donation_course.grading.referee.programs import exported_text, kept_inputs
 from donation_course.hidden.safe import (
     Exception,
     JitFunction,
@@ -49,6 +51,7 @@ from donation_course.hidden.safe import (
 )
 
 _Shape = jax.ShapeDtypeStruct
+_export, _symbolic_shape = jax.export.export, jax.export.symbolic_shape
 _tree_leaves = jax.tree_util.tree_leaves
 _b64encode = b64encode
 _make_mesh, _NamedSharding, _P, _Auto = jax.make_mesh, jax.sharding.NamedSharding, jax.sharding.PartitionSpec, \
@@ -84,6 +87,8 @@ def _call_specs(call):
 def _specs(answer, signature):
     if answer is asks.EXERCISE:
         dtype, n = signature
+        if n == asks.SYMBOLIC:  # every length n >= 1: the referee picks the ones it runs
+            n = _symbolic_shape(asks.SYMBOLIC)[0]
         spec = _Shape((n,), _dtypes[dtype])
         return (spec, spec)
     f32 = _dtypes["float32"]
@@ -112,6 +117,12 @@ def _entry(answer, fn) -> dict:
                 if isinstance(signature, asks.Call):
                     args, kwargs = _call_specs(signature)
                     lowered = fn.lower(*args, **kwargs)
+                elif asks.is_symbolic(signature):  # one program for every length, as jax.export lowers it
+                    specs = _specs(answer, signature)
+                    exported = _export(fn)(*specs)
+                    found[key] = {"text": exported_text(exported), "kept": [int(i) for i in exported.module_kept_var_idx],
+                                  "requested": _requested(fn.lower(*specs))}
+                    continue
                 else:
                     lowered = fn.lower(*_specs(answer, signature))
                 found[key] = {"text": lowered.as_text(), "kept": kept_inputs(lowered),

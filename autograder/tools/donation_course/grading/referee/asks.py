@@ -75,10 +75,22 @@ def parse_spec(spec: str) -> tuple:
     return dtype, tuple(int(d) for d in dims.split(",") if d)
 
 
-# update_with_donate(state, delta): two 1-D arrays of one dtype and length
+# A length the grader does not tell: a signature ("float32", SYMBOLIC) is handed over as the one program jax.export
+# lowers for every length n >= 1 (jax.export.symbolic_shape("n")), and the referee runs it at lengths it draws
+# itself at grading time (judge.py), which no trace-time Python in the learner's kernel ever sees.
+SYMBOLIC = "n"
+
+
+def is_symbolic(signature) -> bool:
+    return isinstance(signature, tuple) and len(signature) == 2 and signature[1] == SYMBOLIC
+
+
+# update_with_donate(state, delta): two 1-D arrays of one dtype and length; the public lengths (the worked example's
+# 2, the buffer-reuse check's 1 << 20, ...) and, for the values, every length n (SYMBOLIC)
 EXERCISE = Answer(
     "exercise", "update_with_donate", "exercise",
-    (("float32", 0), ("float32", 2), ("float32", 1 << 20), ("int32", 1000), ("bfloat16", 13)),
+    (("float32", 0), ("float32", 2), ("float32", 1 << 20), ("int32", 1000), ("bfloat16", 13),
+     ("float32", SYMBOLIC), ("int32", SYMBOLIC), ("bfloat16", SYMBOLIC)),
     "update_with_donate must be made by jax.jit, for example "
     "`update_with_donate = jax.jit(f, donate_argnums=(0,))` or the `@functools.partial(jax.jit, "
     "donate_argnums=(0,))` decorator on a def: the grader reads the program a jax.jit function lowers to")
@@ -125,6 +137,12 @@ Y_OUT = Answer("l5-y-out", "y_out", "lessons", ("y_out",),
                "y_out must be the JAX array scale(y_in) returns", kind=VALUES)
 NAN_MESSAGE = Answer("l5-find-nan", "find_nan", "lessons", ("message",),
                      "find_nan must return the text of the error (a str), as str(exc) gives it", kind=VALUES)
+# find_nan is judged on steps the grading kernel makes at grading time (hidden/lessons.py): NAN_PICKED of these
+# operations, drawn from the OS's randomness, each a step params - 0.1 * op(grad) with a grad that makes it NaN.
+# jax names the operation in its debug_nans error ("invalid value (nan) encountered in log"), so a constant text
+# cannot name them all.
+NAN_OPS = ("log", "sqrt", "div", "asin", "acos", "log1p")
+NAN_PICKED = 2
 
 # lesson 6: jax.jit functions over an 8-device mesh (split = P("x")), judged on the referee's 8 CPU devices
 SHIFT_SPLIT = Answer(  # shift_split(v) = v + 1, laid out as split in and out whatever the caller passes, v donated

@@ -25,6 +25,8 @@ hand-over is malformed and not judged.
 """
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -41,6 +43,8 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     FIXED_STEP,
     MAX_VALUE_BYTES,
     NAN_MESSAGE,
+    NAN_OPS,
+    NAN_PICKED,
     SGD_UPDATE,
     TRAIN_STEP,
     VALUES,
@@ -48,11 +52,39 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     Answer,
     flat_names,
     flat_specs,
+    is_symbolic,
+    SYMBOLIC,
     parse_spec,
     signature_key,
 )
-from .screen import Refused, screen
+from .screen import Refused, screen, screen_symbolic
 from .verdict import FAIL, PASS, UNJUDGED, Verdict
+
+
+# The referee's own data, drawn per process from the OS's randomness and never told to the grading kernel: no
+# program can embed its outputs for the values it is run on, nor tell the calls apart by them. A check that needs a
+# particular value (the worked example's, a NaN) names it; every other value comes from _rng.
+_SECRET = int.from_bytes(os.urandom(16), "little")
+
+
+def _rng(purpose: int) -> np.random.Generator:
+    """A generator of the referee's secret values, one stream per purpose (a check's number)."""
+    return np.random.default_rng([_SECRET, purpose])
+
+
+# The lengths a symbolic signature (asks.SYMBOLIC) is run at: drawn per answer, none of them a length the kernel
+# is lowered at, and small enough that a wrong element is reported by its index.
+PUBLIC_LENGTHS = frozenset(n for _, n in EXERCISE.signatures if isinstance(n, int))
+DRAWN_LENGTHS, MAX_DRAWN_LENGTH = 2, 5000
+
+
+def drawn_lengths(rng: np.random.Generator) -> list:
+    lengths = []
+    while len(lengths) < DRAWN_LENGTHS:
+        n = int(rng.integers(3, MAX_DRAWN_LENGTH))
+        if n not in PUBLIC_LENGTHS and n not in lengths:
+            lengths.append(n)
+    return lengths
 
 
 class _Fail(Exception):
@@ -74,19 +106,21 @@ class Programs:
         self.answer, self.entry, self.cache = answer, entry if isinstance(entry, dict) else {}, {}
         self.requests = {}
 
-    def get(self, signature):
+    def get(self, signature, length: int | None = None):
+        """The loaded program of a signature; of a symbolic one (asks.SYMBOLIC), made static for `length`."""
         key = signature_key(self.answer, signature)
-        if key not in self.cache:
-            self.cache[key] = self._load(key, signature)
-        return self.cache[key]
+        if (key, length) not in self.cache:
+            self.cache[key, length] = self._load(key, signature, length)
+        return self.cache[key, length]
 
     def requested(self, signature) -> list:
         """{argument name: asked to donate} for the signature's flat arguments, as handed over with its program
         (checked against it: every argument the program donates is requested)."""
-        self.get(signature)
+        if signature_key(self.answer, signature) not in self.requests:
+            self.get(signature)
         return self.requests[signature_key(self.answer, signature)]
 
-    def _load(self, key: str, signature):
+    def _load(self, key: str, signature, length: int | None = None):
         entry = self.entry
         if "shape" in entry:
             kind = str(entry["shape"])[:60]
@@ -100,9 +134,18 @@ class Programs:
         if not isinstance(one, dict):
             raise _Unjudged(f"the grader received no program of {self.answer.function} for {key}.")
         if "error" in one:
-            raise _Unjudged(f"{self.answer.function} could not be lowered for {key}: {str(one['error'])[:300]}")
+            said = f"{self.answer.function} could not be lowered for {key}: {str(one['error'])[:300]}"
+            if is_symbolic(signature):
+                said += (". The grader lowers it once for every length n (jax.export.symbolic_shape) and runs it at "
+                         "lengths it picks: it must work for any length, with no Python that depends on the length.")
+            raise _Unjudged(said)
+        text = one.get("text")
+        if is_symbolic(signature):  # one program for every length: made static for the length the referee drew
+            if length is None:
+                raise _Unjudged(f"the grader has no length to run {self.answer.function}'s program for {key} at.")
+            text = self._refined(key, text, length)
         try:
-            program = screen(one.get("text"))
+            program = screen(text)
         except Refused as exc:
             raise _Unjudged(f"the program of {self.answer.function} for {key} was refused: {exc}.") from None
         kept = one.get("kept")
@@ -120,6 +163,20 @@ class Programs:
             raise _Unjudged(f"the program of {self.answer.function} for {key} does not compile: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
         return program, kept, executable
+
+    def _refined(self, key: str, text, length: int) -> str:
+        try:
+            screen_symbolic(text)
+        except Refused as exc:
+            raise _Unjudged(f"the program of {self.answer.function} for {key} was refused: {exc}.") from None
+        try:
+            return programs.refine(text, length)
+        except Exception as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            said = " ".join(str(cause).split())[:300] or type(cause).__name__
+            raise _Unjudged(f"the program of {self.answer.function} for {key}, made by jax.export for every length "
+                            f"n, cannot be run at a length the grader picked (n={length}): {said}. It must work for "
+                            "any length, with no Python that depends on the length.") from None
 
     def _request(self, key: str, signature, flags, program, kept) -> dict:
         """The donation request handed over with a program, refused as malformed (unjudged) unless it is one
@@ -232,13 +289,20 @@ def host(array) -> np.ndarray:
 # --- update_with_donate ------------------------------------------------------------------------------------
 
 def _exercise_cases():
-    rng = np.random.default_rng(20261127)  # the referee's own data: a learner cannot tell these calls apart
-    for dtype, n in EXERCISE.signatures:
-        if dtype == "int32":
-            yield (dtype, n), rng.integers(-1000, 1000, n, dtype=np.int32), rng.integers(-1000, 1000, n, dtype=np.int32)
-        else:
-            s, d = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-            yield (dtype, n), s.astype(dtype), d.astype(dtype)
+    """(signature, length, label, state, delta): every public length, then each symbolic signature at lengths the
+    referee draws (its own secret values throughout: a learner cannot tell these calls apart)."""
+    rng = _rng(20261127)
+    for signature in EXERCISE.signatures:
+        dtype, n = signature
+        for length in drawn_lengths(rng) if is_symbolic(signature) else [None]:
+            size = n if length is None else length
+            label = signature_key(EXERCISE, signature) if length is None else \
+                f"{dtype}[{length}] (a length the grader picked)"
+            if dtype == "int32":
+                s, d = rng.integers(-1000, 1000, size, dtype=np.int32), rng.integers(-1000, 1000, size, dtype=np.int32)
+            else:
+                s, d = rng.standard_normal(size, dtype=np.float32), rng.standard_normal(size, dtype=np.float32)
+            yield signature, length, label, s.astype(dtype), d.astype(dtype)
 
 
 def _one_output(outs: list, what: str):
@@ -258,10 +322,10 @@ def ex_example(p: Programs) -> str:
 
 
 def ex_values(p: Programs) -> str:
-    for signature, s, d in _exercise_cases():
-        label = signature_key(EXERCISE, signature)
+    for signature, length, label, s, d in _exercise_cases():
         expected = s + d
-        out = host(_one_output(call(p.get(signature), [device(s), device(d)]), f"for {label} update_with_donate"))
+        out = host(_one_output(call(p.get(signature, length), [device(s), device(d)]),
+                               f"for {label} update_with_donate"))
         if out.shape != expected.shape or out.dtype != expected.dtype:
             fail(f"for {label} the result is {out.dtype}{list(out.shape)}, "
                  f"expected {expected.dtype}{list(expected.shape)}.")
@@ -271,7 +335,8 @@ def ex_values(p: Programs) -> str:
         if bad.any():
             i = int(bad.argmax())
             fail(f"for {label} element {i} is {g[i]!r}, expected {e[i]!r} (= state[{i}] + delta[{i}]).")
-    return "update_with_donate's program returns state + delta for every size and dtype the grader tried."
+    return ("update_with_donate's program returns state + delta for every size and dtype the grader tried, "
+            "lengths it picked itself included.")
 
 
 def ex_invalidation(p: Programs) -> str:
@@ -293,7 +358,7 @@ def ex_invalidation(p: Programs) -> str:
 
 def ex_real_donation(p: Programs) -> str:
     loaded = p.get(("float32", 1 << 20))
-    rng = np.random.default_rng(1)
+    rng = _rng(1)
     state = device(rng.random(1 << 20, dtype=np.float32))
     delta = device(rng.random(1 << 20, dtype=np.float32))
     pointer, delta_pointer = state.unsafe_buffer_pointer(), delta.unsafe_buffer_pointer()
@@ -311,10 +376,12 @@ def ex_real_donation(p: Programs) -> str:
 
 
 def ex_training_loop(p: Programs, steps: int = 50) -> str:
-    loaded = p.get(("float32", 2))
-    delta_np = np.random.default_rng(3).standard_normal(2, dtype=np.float32)
+    rng = _rng(3)
+    (n, _) = drawn_lengths(rng)  # its program for every length, run at one the grader picked
+    loaded = p.get(("float32", SYMBOLIC), n)
+    delta_np = rng.standard_normal(n, dtype=np.float32)
     delta = device(delta_np)
-    state = _one_output(call(loaded, [device(np.zeros(2, np.float32)), delta]), "update_with_donate")
+    state = _one_output(call(loaded, [device(np.zeros(n, np.float32)), delta]), "update_with_donate")
     state.block_until_ready()
     if delta.is_deleted():
         fail("its program donates delta, so the next step of the loop cannot read it.")
@@ -384,7 +451,7 @@ def _flat(out: dict) -> list:
 
 
 def _data(seed, n=8):
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     x = rng.standard_normal((n, 3), dtype=np.float32)
     y = rng.standard_normal((n,), dtype=np.float32)
     return x, y, rng.standard_normal((3,), dtype=np.float32), rng.standard_normal((), dtype=np.float32)
@@ -482,7 +549,7 @@ def judge_calls(p: Programs, reference, donated: set, seed: int) -> str:
     reference({argument path: values}); exactly the leaves of the arguments named in `donated` are donated by the
     program, deleted by the run and lend their buffers to outputs; the others are kept."""
     answer = p.answer
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     for signature in answer.signatures:
         loaded = p.get(signature)
         program, kept, executable = loaded
@@ -598,7 +665,7 @@ def _l3_batch_request(p: Programs) -> None:
 
 def l3_example(p: Programs) -> str:
     loaded = p.get(FIXED_STEP.signatures[0])
-    rng = np.random.default_rng(31)
+    rng = _rng(31)
     batch, (x, y) = _l3_batch(rng)
     state, (w, b, mw, mb) = _l3_state(rng)
     out = _l3_step(loaded, batch, state)
@@ -616,7 +683,7 @@ def l3_example(p: Programs) -> str:
 
 def l3_values(p: Programs) -> str:
     loaded = p.get(FIXED_STEP.signatures[0])
-    rng = np.random.default_rng(32)
+    rng = _rng(32)
     state, (w, b, mw, mb) = _l3_state(rng)
     for number in range(1, 4):
         batch, (x, y) = _l3_batch(rng)
@@ -634,7 +701,7 @@ def l3_values(p: Programs) -> str:
 
 def l3_donated(p: Programs) -> str:
     loaded = p.get(FIXED_STEP.signatures[0])
-    rng = np.random.default_rng(33)
+    rng = _rng(33)
     batch, _ = _l3_batch(rng)
     state, _ = _l3_state(rng)
     flags = _l3_flags(loaded)
@@ -652,7 +719,7 @@ def l3_donated(p: Programs) -> str:
 
 def l3_reuse_and_loop(p: Programs, steps: int = 20) -> str:
     loaded = p.get(FIXED_STEP.signatures[0])
-    rng = np.random.default_rng(34)
+    rng = _rng(34)
     batch, _ = _l3_batch(rng)
     state, _ = _l3_state(rng)
     before = _pointers(L3_STATE, state)
@@ -685,16 +752,38 @@ def l5_y_out(v: Values) -> str:
     return "y_out is [3.0, 6.0]."
 
 
+_NAMED = re.compile(r"invalid value \(nan\) encountered in ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _names(message: str, op: str) -> bool:
+    """Whether the text names `op` as where the NaN came from: jax's debug_nans error names its operation
+    ("invalid value (nan) encountered in log"), and every such phrase in the text must name `op`; a text with
+    none of them (the operation's name alone) must name `op` as a word and no other operation the grader uses."""
+    found = _NAMED.findall(message)
+    if found:
+        return set(found) == {op}
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
+    return op in words and not (words & set(NAN_OPS)) - {op}
+
+
 def l5_nan_message(v: Values) -> str:
-    message = v.text("message")
-    if message is None:
-        fail("find_nan returned None on the negative grad: it found no NaN.")
-    if "sqrt" not in message:
-        fail(f"find_nan returned {message[:200]!r}, which does not name sqrt, where the NaN comes from.")
+    ops = v.text("ops")
+    picked = ops.split(",") if isinstance(ops, str) else []
+    if len(picked) != NAN_PICKED or len(set(picked)) != NAN_PICKED or not set(picked) <= set(NAN_OPS):
+        raise _Unjudged("the hand-over of find_nan does not say which operations the grader's steps used.")
+    for op in picked:
+        message = v.text(f"message:{op}")
+        if message is None:
+            fail(f"find_nan returned None on a step whose {op} makes a NaN: it found no NaN.")
+        if not _names(message, op):
+            fail(f"find_nan returned {message[:200]!r} on a step where {op} makes the NaN: expected the text of the "
+                 f"error debug_nans raises, which names the operation ('invalid value (nan) encountered in {op}'). "
+                 "The grader picks the operation when it grades.")
     healthy = v.text("healthy")
     if healthy is not None:
         fail(f"find_nan returned {healthy[:200]!r} on a healthy grad, where there is no NaN: expected None.")
-    return "find_nan returned the error's message, which names sqrt, and None on a healthy grad."
+    return (f"on steps whose NaN the grader made with {' and '.join(picked)}, find_nan returned the error's message, "
+            "which names that operation, and None on a healthy grad.")
 
 
 # --- lesson 6: sharded programs on the referee's 8 CPU devices ----------------------------------------------
@@ -724,7 +813,7 @@ def _l6_run(p: Programs, values: np.ndarray) -> tuple:
 
 
 def l6_shift_split(p: Programs) -> str:
-    values = np.random.default_rng(61).standard_normal(16).astype(np.float32)
+    values = _rng(61).standard_normal(16).astype(np.float32)
     _program, v, out, given, made = _l6_run(p, values)
     if not close(host(out), values + 1.0):
         fail(f"shift_split(v) is {host(out).round(5).tolist()}, expected v + 1.")
@@ -737,7 +826,7 @@ def l6_shift_split(p: Programs) -> str:
 
 
 def l6_quiet_fixed(p: Programs) -> str:
-    values = np.random.default_rng(62).standard_normal(16).astype(np.float32)
+    values = _rng(62).standard_normal(16).astype(np.float32)
     program, v, out, given, made = _l6_run(p, values)
     if not close(host(out), 2.0 * values):
         fail(f"quiet_fixed(v) is {host(out).round(5).tolist()}, expected 2 * v.")

@@ -1,6 +1,10 @@
 """The referee's only use of JAX's private APIs: parse a StableHLO program,
 compile it for the CPU backend and run it on arrays, as jax.jit does inside.
 
+A program jax.export lowered for every length (shape polymorphism) is made
+static for a length the referee draws (`refine`), as jax does inside when
+it calls an exported function, and then compiled as any other.
+
 JAX has no public way to compile a program handed over as text (jax.export
 runs a program only inside a jit of its own, which decides donation itself,
 so it could not show what the learner's program donates). Each function
@@ -16,7 +20,7 @@ from jax._src.interpreters import mlir  # private: guarded by the canary
 from jax._src.lib import xla_client  # private: guarded by the canary
 from jax._src.lib.mlir import ir  # private: guarded by the canary
 
-__all__ = ["ir", "parse", "compile_program", "run", "alias_bytes", "memory_bytes", "kept_inputs", "set_cpu_devices",
+__all__ = ["ir", "parse", "exported_text", "refine", "compile_program", "run", "alias_bytes", "memory_bytes", "kept_inputs", "set_cpu_devices",
            "compile_sharded", "shardings", "put_sharded", "run_sharded"]
 
 
@@ -26,6 +30,51 @@ def parse(text: str) -> tuple:
     context = mlir.make_ir_context()
     with context:
         return context, ir.Module.parse(text)
+
+
+def exported_text(exported) -> str:
+    """The program of a jax.export Exported as text without its debug locations (which name the kernel's files and
+    lines), as Lowered.as_text() prints a jax.jit lowering: read in the grading kernel, handed over."""
+    context, module = parse(exported.mlir_module())
+    with context:
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def refine(text: str, length: int) -> str:
+    """A program jax.export lowered for every length n (jax.export.symbolic_shape, `tensor<?x...>` arguments) as
+    the static program for n = length, as jax does when it calls an exported function: a new public main takes
+    the static arguments (with the old main's argument and result attributes, its donation included), converts
+    them to the old main's dynamic types and calls it; StableHLO's shape refinement then makes every shape
+    static, checks the program's shape assertions and removes them. Raises on a program that is not one (no
+    main, another signature) or whose assertions fail for this length."""
+    from jax._src.lib.mlir.dialects import func, hlo  # private: guarded by the canary
+
+    context, module = parse(text)
+    with context, ir.Location.unknown():
+        old = ir.SymbolTable(module.operation)["main"]
+        ftype = ir.FunctionType(ir.TypeAttr(old.attributes["function_type"]).value)
+        static = []
+        for type_ in ftype.inputs:
+            ranked = ir.RankedTensorType(type_)
+            static.append(ir.RankedTensorType.get(
+                [length if ranked.is_dynamic_dim(i) else ranked.shape[i] for i in range(ranked.rank)],
+                ranked.element_type))
+        kept = {a: old.attributes[a] for a in ("arg_attrs", "res_attrs") if a in old.attributes}
+        for a in kept:
+            del old.attributes[a]
+        old.attributes["sym_name"] = ir.StringAttr.get("referee_refined_main")
+        old.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        with ir.InsertionPoint(module.body):
+            new = func.FuncOp("main", (static, list(ftype.results)))
+        new.attributes["sym_visibility"] = ir.StringAttr.get("public")
+        for a, value in kept.items():
+            new.attributes[a] = value
+        block = new.add_entry_block()
+        with ir.InsertionPoint(block):
+            args = [hlo.convert(t, a) if a.type != t else a for a, t in zip(block.arguments, ftype.inputs, strict=True)]
+            called = func.CallOp(list(ftype.results), ir.FlatSymbolRefAttr.get("referee_refined_main"), args)
+            func.ReturnOp(called.results)
+        return str(mlir.refine_polymorphic_shapes(module))
 
 
 def _cpu():

@@ -59,14 +59,17 @@ class Program:
         return tuple(a is not None or d for a, d in zip(self.aliases, self.donors, strict=True))
 
 
-def tensor(type_) -> Tensor:
+def tensor(type_, symbolic: bool = False) -> Tensor:
+    """The tensor type's shape and dtype; a dynamic dimension (?) only in a program for every length (symbolic),
+    read as 1 (its size is the referee's to choose, and the refined program is screened again)."""
     text = str(type_)
     found = _TENSOR.match(text)
     if not found:
         raise Refused(f"the program has a value of type {text[:80]}, which the grader does not read")
     dims, element = found.groups()
-    if "?" in dims:
+    if "?" in dims and not symbolic:
         raise Refused("the program has a tensor of dynamic shape")
+    dims = dims.replace("?", "1")
     if element not in BITS:
         raise Refused(f"the program has a tensor of element type {element}, which the grader does not read")
     shape = tuple(int(d) for d in dims.split("x") if d)
@@ -79,17 +82,25 @@ def tensor(type_) -> Tensor:
     return Tensor(shape, DTYPES.get(element, element))
 
 
-def _walk(operation, seen: list):
+def _shape_assertion(op) -> bool:
+    """jax.export's check of a program for every length (refinement checks and removes it): allowed there only."""
+    return op.name == "stablehlo.custom_call" and "call_target_name" in op.attributes and \
+        ir.StringAttr(op.attributes["call_target_name"]).value == "shape_assertion" and not op.results
+
+
+def _walk(operation, seen: list, symbolic: bool = False):
     for region in operation.regions:
         for block in region.blocks:
             for arg in block.arguments:
-                tensor(arg.type) if str(arg.type).startswith("tensor") else None
+                tensor(arg.type, symbolic) if str(arg.type).startswith("tensor") else None
             for op in block.operations:
                 op = op.operation
                 name = op.name
                 seen.append(name)
                 if len(seen) > MAX_OPERATIONS:
                     raise Refused(f"the program has more than {MAX_OPERATIONS:,} operations")
+                if symbolic and _shape_assertion(op):
+                    continue
                 if name in DENIED_OPS or name == "builtin.module" or not name.startswith(ALLOWED_DIALECTS):
                     what = "a custom call (a host callback or a kernel outside XLA)" \
                         if name == "stablehlo.custom_call" else f"the operation {name}"
@@ -98,10 +109,26 @@ def _walk(operation, seen: list):
                     raise Refused(f"the program's {name} has a side effect, which the grader does not run")
                 for result in op.results:
                     if str(result.type).startswith("tensor"):
-                        tensor(result.type)
+                        tensor(result.type, symbolic)
                     elif not str(result.type).startswith("!stablehlo.token"):
                         raise Refused(f"the program has a value of type {str(result.type)[:80]}")
-                _walk(op, seen)
+                _walk(op, seen, symbolic)
+
+
+def screen_symbolic(text) -> None:
+    """Refuse a program for every length (jax.export, asks.SYMBOLIC) before the referee refines it: the same rules,
+    dynamic dimensions and jax.export's shape assertions allowed. The refined program is screened again."""
+    if not isinstance(text, str):
+        raise Refused("the hand-over holds no program text")
+    if len(text) > MAX_PROGRAM_CHARS:
+        raise Refused(f"the program is {len(text):,} characters long: over the grader's cap of "
+                      f"{MAX_PROGRAM_CHARS:,}")
+    try:
+        context, module = parse(text)
+    except Exception as exc:
+        raise Refused(f"the program does not parse as StableHLO ({str(exc).splitlines()[0][:200]})") from None
+    with context:
+        _walk(module.operation, [], symbolic=True)
 
 
 def screen(text) -> Program:

@@ -1,0 +1,309 @@
+"""Answers right only on the inputs the grader is known to use (issue 32, red-team A7 and A3), judged in process.
+
+A7: a jax.jit answer special-cased on the lengths the referee asks for (asks.py is public) or on the values it
+runs (a fixed seed was public too). The referee now draws its values per process from the OS's randomness
+(judge._SECRET), and runs the exercise's values and training loop at lengths it draws itself, on the one program
+jax.export lowers for every length n (asks.SYMBOLIC), which no trace-time Python in the learner's kernel sees;
+the kernel's own checks run at lengths drawn at grading time too, so the two verdicts agree for such an answer.
+Each side: a forgery that earns no more than the same wrong answer honestly, an honest answer (and its
+variants) that keeps every point.
+
+A3: lesson 5's find_nan returning a constant ("sqrt", or JAX's message for sqrt). The grading kernel runs it on
+steps whose NaN comes from operations it draws at grading time (hidden/lessons.py), and the referee reads whether
+each text names its operation as JAX's debug_nans error does.
+"""
+import json
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from donation_course.grading.referee import asks, judge, programs
+from donation_course.grading.referee.verdict import FAIL, PASS, UNJUDGED
+from donation_course.hidden import handover, lessons
+
+EXERCISE_CHECKS = judge.checks_of(asks.EXERCISE)
+PUBLIC = (0, 2, 1 << 20, 1000, 13)  # the lengths the course names (asks.EXERCISE's concrete signatures)
+
+
+def _outcomes(fn) -> dict:
+    """{check: (outcome, message)} of the referee for `fn`, handed over as the grading kernel hands it over."""
+    entry = handover._entry(asks.EXERCISE, fn)
+    json.dumps(entry)  # data only: it crosses as JSON
+    verdicts = judge.judge(asks.EXERCISE, {"programs": [entry], "checks": {c: 0 for c in EXERCISE_CHECKS}})
+    return {v.check: (v.outcome, v.message) for v in verdicts}
+
+
+def _add(state, delta):
+    return state + delta
+
+
+def _right_at_public_lengths(state, delta):  # the red-team's A7: trace-time Python on the shape
+    return state + delta if state.shape[0] in PUBLIC else state * 0
+
+
+def _right_unless_concrete(state, delta):  # right in a program for every length, wrong at an unlisted concrete one
+    n = state.shape[0]
+    return state + delta if not isinstance(n, int) or n in PUBLIC else state * 0
+
+
+def _right_at_public_lengths_at_run_time(state, delta):  # the length read in the program, not at trace time
+    n = jnp.asarray(state.shape[0])
+    known = jnp.zeros((), bool)
+    for length in PUBLIC:
+        known = known | (n == length)
+    return jnp.where(known, state + delta, state * 0)
+
+
+HONEST = {
+    "jit of a lambda": jax.jit(lambda s, d: s + d, donate_argnums=0),
+    "decorated def": jax.jit(_add, donate_argnums=(0,)),
+    "by name": jax.jit(_add, donate_argnames="state"),
+    "jnp.add": jax.jit(jnp.add, donate_argnums=0),
+    "at[].add": jax.jit(lambda s, d: s.at[:].add(d), donate_argnums=0),
+    "a Python branch on an empty state": jax.jit(lambda s, d: s if s.shape[0] == 0 else s + d, donate_argnums=0),
+}
+WRONG = jax.jit(lambda s, d: s * 0, donate_argnums=0)  # the honest wrong answer: what a forgery may earn at most
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs per answer
+@pytest.mark.parametrize("name", list(HONEST))
+def test_honest_exercise_answers_and_their_variants_keep_every_point(name):
+    got = _outcomes(HONEST[name])
+    assert {c: o for c, (o, _) in got.items()} == {c: PASS for c in EXERCISE_CHECKS}, got
+    assert "lengths it picked itself" in got["values"][1]
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs per answer
+@pytest.mark.parametrize("forgery", [_right_at_public_lengths, _right_at_public_lengths_at_run_time])
+def test_an_answer_right_only_at_the_public_lengths_fails_values_and_loop_at_lengths_the_referee_draws(forgery):
+    got = _outcomes(jax.jit(forgery, donate_argnums=0))
+    wrong = _outcomes(WRONG)
+    assert got["values"][0] == FAIL and "(a length the grader picked)" in got["values"][1], got["values"]
+    assert got["training loop"][0] == FAIL, got["training loop"]
+    # beyond the honest wrong answer, only the worked example: right, by its own public values
+    assert {c for c, (o, _) in got.items() if o == PASS} == \
+        {c for c, (o, _) in wrong.items() if o == PASS} | {"worked example"}
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs
+def test_an_answer_right_in_the_program_for_every_length_and_wrong_at_a_concrete_one_fails_in_the_kernel(capsys):
+    """Trace-time Python can tell the symbolic length from a concrete one: the referee's program is then right,
+    and the kernel's checks, at concrete lengths drawn at grading time, refute it (a point needs both)."""
+    from donation_course.hidden import exercise
+
+    forgery = jax.jit(_right_unless_concrete, donate_argnums=0)
+    assert _outcomes(forgery)["values"][0] == PASS  # the referee alone would be fooled: a known limit
+    for check in (exercise.check_values, exercise.check_training_loop):
+        with pytest.raises(exercise.HiddenCheckFailed):
+            check(forgery)
+    honest = HONEST["decorated def"]
+    exercise.check_values(honest)
+    exercise.check_training_loop(honest)
+    out = capsys.readouterr().out
+    assert out.count("\u2714 values:") == 1 and out.count("\u2714 training loop:") == 1
+
+
+def test_the_kernel_draws_its_lengths_and_values_at_grading_time():
+    from donation_course.hidden import exercise
+
+    drawn = [tuple(label for label, _, _ in exercise._cases() if "drawn at grading time" in label) for _ in range(4)]
+    assert all(len(labels) == 3 for labels in drawn)
+    assert len(set(drawn)) > 1, drawn  # not the same lengths every time
+    small = [list(exercise._cases())[1][1] for _ in range(2)]  # float32[2]'s state
+    assert not np.array_equal(*small)
+
+
+def test_the_referees_values_and_lengths_come_from_a_secret_drawn_per_process():
+    code = ("from donation_course.grading.referee import judge\n"
+            "print(judge._SECRET, judge.drawn_lengths(judge._rng(3)))\n")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)}
+    assert len(seen) == 2, seen
+    lengths = judge.drawn_lengths(judge._rng(7))
+    assert len(lengths) == judge.DRAWN_LENGTHS and not set(lengths) & set(PUBLIC)
+
+
+@pytest.mark.slow  # compiles and runs a dozen programs
+def test_a_program_that_embeds_the_outputs_for_values_the_referee_once_used_fails(monkeypatch):
+    """The values a referee process runs are its own: outputs embedded for another process's values are wrong."""
+    monkeypatch.setattr(judge, "_SECRET", 1234)
+    table = {s.dtype.name + str(len(s)): s + d for signature, length, _, s, d in judge._exercise_cases()
+             if length is None and len(s) not in (2, 1 << 20)}  # int32[1000], bfloat16[13] (and float32[0])
+
+    def embedded(state, delta):
+        key = state.dtype.name + str(state.shape[0])
+        return jnp.asarray(table[key]) if key in table else state + delta
+
+    forgery = jax.jit(embedded, donate_argnums=0)
+    assert _outcomes(forgery)["values"][0] == PASS  # the very values it embedded
+    monkeypatch.setattr(judge, "_SECRET", 5678)
+    got = _outcomes(forgery)["values"]
+    assert got[0] == FAIL and got[1].startswith("for int32[1000] element"), got
+
+
+def test_a_program_for_every_length_is_made_static_for_the_length_the_referee_draws():
+    n = jax.export.symbolic_shape("n")[0]
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    text = jax.export.export(jax.jit(_add, donate_argnums=0))(spec, spec).mlir_module()
+    from donation_course.grading.referee.screen import screen
+
+    program = screen(programs.refine(text, 77))
+    assert [str(t) for t in program.inputs] == ["float32[77]", "float32[77]"]
+    assert program.donated == (True, False)  # the learner's donation survives the refinement
+    assert "stablehlo.custom_call" not in program.operations  # its shape assertions checked and removed
+    with pytest.raises(ValueError) as refused:
+        programs.refine(text, 0)  # n >= 1: length 0 is one of the concrete signatures
+    assert "Expected value >= 1 for dimension variable 'n'" in str(refused.value.__cause__)
+
+
+def test_a_symbolic_hand_over_that_is_hostile_or_malformed_is_not_judged_and_says_why():
+    entry = handover._entry(asks.EXERCISE, HONEST["decorated def"])
+    for key in ("float32[n]", "int32[n]", "bfloat16[n]"):
+        assert "jax.uses_shape_polymorphism = true" in entry["programs"][key]["text"]
+
+    def values_verdict(text):
+        forged = json.loads(json.dumps(entry))
+        for key in ("float32[n]", "int32[n]", "bfloat16[n]"):
+            forged["programs"][key]["text"] = text
+        (verdict,) = [v for v in judge.judge(asks.EXERCISE, {"programs": [forged], "checks": {"values": 0}})
+                      if v.check == "values"]
+        return verdict
+
+    text = entry["programs"]["float32[n]"]["text"]
+    used, found = re.subn(  # a host callback whose result the program returns
+        r"(%\w+) = stablehlo.add (%\w+), (%\w+) : tensor<\?xf32>",
+        r"\1 = stablehlo.custom_call @xla_python_cpu_callback(\2, \3) : (tensor<?xf32>, tensor<?xf32>) -> "
+        r"tensor<?xf32>", text)
+    assert found == 1
+    at = text.rindex("    return ")  # one whose result is unused (refinement would drop it: refused before)
+    unused = text[:at] + "    %zz = stablehlo.custom_call @xla_python_cpu_callback(%arg1) : (tensor<?xf32>) -> " \
+        "tensor<i32>\n" + text[at:]
+    disguised = unused.replace("@xla_python_cpu_callback(%arg1)", "@shape_assertion(%arg1)")  # it has a result
+    for text, said in ((used, "custom call"), (unused, "custom call"), (disguised, "custom call"),
+                       ("module {}", "cannot be run at a length the grader picked"),
+                       (None, "no program text"), ("x" * (asks.MAX_PROGRAM_CHARS + 1), "over the grader's cap")):
+        verdict = values_verdict(text)
+        assert verdict.outcome == UNJUDGED and said in verdict.message, (said, verdict)
+
+
+def test_an_answer_that_cannot_be_lowered_for_every_length_is_told_why():
+    def needs_a_concrete_length(state, delta):
+        return state + delta + np.zeros(state.shape[0], state.dtype)  # NumPy takes no symbolic length
+
+    got = _outcomes(jax.jit(needs_a_concrete_length, donate_argnums=0))
+    assert got["values"][0] == UNJUDGED and "could not be lowered for float32[n]" in got["values"][1], got
+    assert "must work for any length" in got["values"][1]
+    assert got["worked example"][0] == PASS
+
+
+# --- A3: lesson 5's find_nan, on steps the grading kernel makes at grading time ---------------------------------
+
+def _nan_verdict(find_nan):
+    published = []
+    real, handover._publish = handover._publish, lambda data, metadata: published.append(data[asks.MIME])
+    try:
+        lessons.hand_over_nan_message(find_nan)
+    finally:
+        handover._publish = real
+    (record,) = published
+    json.dumps(record)  # data only: it crosses as JSON
+    (verdict,) = judge.judge(asks.NAN_MESSAGE, {"programs": [record["entry"]], "checks": {record["check"]: 0}})
+    return record["entry"]["values"], verdict
+
+
+def _hunt(returned):
+    def find_nan(step, params, grad):
+        with jax.debug_nans(True):
+            try:
+                jax.jit(step)(params, grad)
+            except FloatingPointError as exc:
+                return returned(exc)
+        return None
+    return find_nan
+
+
+@pytest.mark.parametrize("returned", [str, repr, lambda exc: f"found it: {exc}", lambda exc: exc.args[0],
+                                      lambda exc: str(exc).split()[-1]],
+                         ids=["str", "repr", "f-string", "args", "the operation's name"])
+def test_an_honest_find_nan_passes_on_the_operations_the_grader_picks(returned):
+    for _ in range(3):
+        values, verdict = _nan_verdict(_hunt(returned))
+        assert verdict.outcome == PASS, (values, verdict)
+
+
+def test_the_solution_and_the_traceback_pass():
+    import traceback
+
+    def with_traceback(step, params, grad):
+        with jax.debug_nans(True):
+            try:
+                jax.jit(step)(params, grad)
+            except FloatingPointError:
+                return traceback.format_exc()
+        return None
+
+    for find_nan in (_hunt(str), with_traceback):
+        assert _nan_verdict(find_nan)[1].outcome == PASS
+
+
+CANNED = {
+    "the word": lambda step, params, grad: "sqrt",
+    "jax's message for sqrt": lambda step, params, grad: "invalid value (nan) encountered in sqrt",
+    "every operation's message": lambda step, params, grad: "\n".join(
+        f"invalid value (nan) encountered in {op}" for op in asks.NAN_OPS),
+    "every operation's name": lambda step, params, grad: " ".join(asks.NAN_OPS),
+}
+
+
+@pytest.mark.parametrize("name", list(CANNED))
+def test_a_constant_text_fails_whatever_operations_the_grader_picks(name):
+    for _ in range(3):
+        values, verdict = _nan_verdict(CANNED[name])
+        assert verdict.outcome == FAIL, (values, verdict)
+        assert "invalid value (nan) encountered in" in verdict.message and "The grader picks the operation" in \
+            verdict.message
+
+
+def test_find_nan_that_finds_nothing_or_reports_a_healthy_step_fails():
+    values, verdict = _nan_verdict(lambda step, params, grad: None)
+    assert verdict.outcome == FAIL and "returned None on a step whose" in verdict.message
+    values, verdict = _nan_verdict(lambda step, params, grad: _hunt(str)(step, params, grad) or "no NaN")
+    assert verdict.outcome == FAIL and "on a healthy grad" in verdict.message, verdict
+
+
+def test_the_grading_kernel_draws_the_operations_and_hands_over_only_data():
+    picks = set()
+    for _ in range(8):
+        values, _ = _nan_verdict(_hunt(str))
+        ops = values["ops"]["text"].split(",")
+        assert len(set(ops)) == asks.NAN_PICKED and set(ops) <= set(asks.NAN_OPS)
+        assert set(values) == {"ops", "healthy", *(f"message:{op}" for op in ops)}
+        picks.add(tuple(ops))
+    assert len(picks) > 1, picks
+
+
+def test_a_find_nan_that_raises_or_a_hand_over_without_its_operations_is_not_judged():
+    def raises(step, params, grad):
+        raise ValueError("no")
+
+    values, verdict = _nan_verdict(raises)
+    assert verdict.outcome == UNJUDGED and "ValueError" in verdict.message, verdict
+    for entry in ({"values": {}}, {"values": {"ops": {"text": "sqrt,sqrt"}}},
+                  {"values": {"ops": {"text": "sqrt,print"}}}):
+        (verdict,) = judge.judge(asks.NAN_MESSAGE, {"programs": [entry], "checks": {judge.checks_of(
+            asks.NAN_MESSAGE)[0]: 0}})
+        assert verdict.outcome == UNJUDGED, (entry, verdict)
+
+
+def test_every_operation_the_grader_may_pick_makes_a_nan_jax_names():
+    for name, (op, bad) in lessons._OPS.items():
+        grad = np.full(4, 0.5, np.float32)
+        assert not jnp.isnan(op(jnp.asarray(grad))).any(), name  # the healthy grad makes none
+        grad[1] = bad(0.5)
+        assert _hunt(str)(lessons._nan_step(op), jnp.ones(4), jnp.asarray(grad)) == \
+            f"invalid value (nan) encountered in {name}", name
