@@ -14,7 +14,9 @@ The learner defines, in the capstone's answer cell:
   train_step(params, opt_state, x, y) -> (new_params, new_opt_state, loss),
       jitted, donating params and opt_state by name
   hunt_nans(params, opt_state, x, y) -> message str or None, without donating,
-      and leaving train_step donating afterwards
+      and leaving train_step donating afterwards: the message is JAX's own
+      (debug_nans names the operation whose result was the first NaN; the
+      check's batches make it in two different operations)
 The checks of train_step's program (all but the untied optimizer state and
 the NaN hunt, which are Python-level behaviour) first hand train_step over
 to the referee as data (hidden/handover.py), which judges them again where no
@@ -249,35 +251,62 @@ def check_untied(train_step, init_opt_state) -> str:
     return "every leaf of init_opt_state(params) owns its buffer, and a donating step accepts it."
 
 
-# hunt_nans is the function under test here, so it is required first
-@check("capstone NaN hunt", require=("hunt_nans", "train_step"), quiet=True)
-def check_nan_hunt(train_step, hunt_nans) -> str:
-    """hunt_nans reports a NaN without donating, leaves debug_nans off, and
-    train_step donates again afterwards."""
-    x, y, w, b = _data(15)
-    block_until_ready(_step(train_step, *_fresh_state(w, b), device(x), device(y)))
-    bad = x.copy()
-    bad[0, 0] = float("nan")
-    params, opt = _fresh_state(w, b)
-    stdout = StringIO()
+# The batches of the NaN hunt: in each, the step's first NaN comes out of another operation (loss_fn, the setup
+# cell: x @ params["w"] reads the NaN in x, `... - y` the one in y), and hunt_nans must return what JAX's
+# debug_nans says of it, which names that operation (JAX 0.12: "invalid value (nan) encountered in <primitive>").
+# A message that is a constant names one operation at most, so it cannot pass both.
+NAN_OPS = ("dot_general", "sub")
+NAN_MESSAGE = "invalid value (nan) encountered in {}"
+
+
+def _nan_batch(op, x, y):
+    """x and y (NumPy copies) with a NaN where `op` is the first operation of the step to read it."""
+    x, y = x.copy(), y.copy()
+    if op == "dot_general":
+        x[0, 0] = float("nan")
+    else:
+        y[3] = float("nan")
+    return x, y
+
+
+def _hunt(hunt_nans, stdout, *args):
+    """hunt_nans(*args), its prints kept out of the cell; a raise fails the check (debug_nans put back off)."""
     try:
         with redirect_stdout(stdout):
-            message = hunt_nans(params, opt, device(bad), device(y))
+            return hunt_nans(*args)
     except Exception as exc:
         config_update("jax_debug_nans", False)
         fail(f"hunt_nans raised {type(exc).__name__}: {exc}".splitlines()[0],
              "catch FloatingPointError, and hunt with a second jit of the step that donates nothing (lesson 5).")
-    if debug_nans():
-        config_update("jax_debug_nans", False)
-        fail("jax_debug_nans is still on after hunt_nans.", "use `with jax.debug_nans(True):`.")
-    if not (isinstance(message, str) and "nan" in message.lower()):
-        fail(f"on a batch with a NaN, hunt_nans should return the error message, got {message!r}.")
-    donated = [leaf for leaf in tree_leaves((params, opt)) if leaf.is_deleted()]
-    if donated:
-        fail("hunt_nans donated params or opt_state: they cannot be used for the next step.",
-             "hunt with a second jit of the step that donates nothing (lesson 5's recipe), not with train_step.")
-    with redirect_stdout(stdout):
-        healthy = hunt_nans(params, opt, device(x), device(y))
+
+
+# hunt_nans is the function under test here, so it is required first
+@check("capstone NaN hunt", require=("hunt_nans", "train_step"), quiet=True)
+def check_nan_hunt(train_step, hunt_nans) -> str:
+    """On batches whose NaN comes out of different operations, hunt_nans returns JAX's debug_nans message naming
+    that operation, without donating and leaving debug_nans off; on a healthy batch it returns None; and
+    train_step donates again afterwards."""
+    x, y, w, b = _data(15)
+    block_until_ready(_step(train_step, *_fresh_state(w, b), device(x), device(y)))
+    stdout = StringIO()
+    for op in NAN_OPS:
+        bad_x, bad_y = _nan_batch(op, x, y)
+        params, opt = _fresh_state(w, b)
+        message = _hunt(hunt_nans, stdout, params, opt, device(bad_x), device(bad_y))
+        if debug_nans():
+            config_update("jax_debug_nans", False)
+            fail("jax_debug_nans is still on after hunt_nans.", "use `with jax.debug_nans(True):`.")
+        expected = NAN_MESSAGE.format(op)
+        others = [NAN_MESSAGE.format(other) for other in NAN_OPS if other != op]
+        if not (isinstance(message, str) and expected in message and not any(o in message for o in others)):
+            where = "x" if op == "dot_general" else "y"
+            fail(f"on a batch with a NaN in {where}, JAX's debug_nans reports {expected!r} (the first operation "
+                 f"whose result is NaN), but hunt_nans returned {message!r}.",
+                 "return str(exc) of the FloatingPointError that the step raises under `jax.debug_nans(True)`.")
+        if [leaf for leaf in tree_leaves((params, opt)) if leaf.is_deleted()]:
+            fail("hunt_nans donated params or opt_state: they cannot be used for the next step.",
+                 "hunt with a second jit of the step that donates nothing (lesson 5's recipe), not with train_step.")
+    healthy = _hunt(hunt_nans, stdout, params, opt, device(x), device(y))
     if healthy is not None:
         fail(f"on a healthy batch, hunt_nans should return None, got {healthy!r}.")
     params, opt = _fresh_state(w, b)
@@ -286,7 +315,8 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
         fail("after hunt_nans, train_step no longer donates: it still runs the program "
              "compiled under debug_nans.",
              "leave train_step alone during the hunt: hunt with a second jit of the step (lesson 5's recipe).")
-    return "the NaN was reported, nothing was donated during the hunt, and train_step donates again after."
+    return ("JAX's own message named the operation that made each NaN, nothing was donated during the hunt, and "
+            "train_step donates again after.")
 
 
 @check("capstone training loop", quiet=True)
