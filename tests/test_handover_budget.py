@@ -7,16 +7,19 @@ The family: records from an answer cell, from a cell that is not graded, from in
 function the check calls displays them), many small ones, one huge one. Its honest side: the checks' own records
 pass as they are, in every cell that hands over, however much the learner printed before."""
 import json
+import shutil
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from donation_course.course import COURSE, EXERCISE_ANSWER
 from donation_course.grading.executors import fastkernel
 from donation_course.grading.executors.fastkernel import OutputBudget, handing_over, note_cell
 from donation_course.grading.referee import asks
 from donation_course.grading.referee.asks import MAX_HANDOVER_BYTES, MIME
 from donation_course.grading.referee.received import DROPPED, take_handovers
+from helpers import GRADE_LIMITS, grade, read_grades
 
 LIMIT = 1 << 20
 EXAMPLE, VALUES = ("exercise", "worked example"), ("exercise", "values")
@@ -239,3 +242,33 @@ def test_80_mb_of_learner_records_through_a_real_kernel_leave_a_small_flagged_no
         assert "output capped by the grader" in text
         assert reasons == ["hand-over records displayed by the learner's code, dropped past the output cap"]
         assert got.handovers["exercise"]["checks"] == {"worked example": 0, "values": 0}
+
+
+# ---- ./course grade: the worker's hook wired through nbgrader, the sandboxed kernel --------------------------------
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_graded_class_keeps_learner_records_off_the_hand_over_budget(tmp_path, env, generated_course):
+    """`./course grade` of a class with an honest student and one whose answer cell displays 80 MB of hand-over
+    records: the honest one hands over as ever (full marks, unflagged), the other's autograded notebook stays near
+    the cap, and that student is flagged for the dropped records."""
+    from donation_course.corpus import exercise as corpus
+
+    files = tmp_path / "files"
+    corpus.build(files)
+    notebook = corpus.EXERCISE
+    for f in files.iterdir():
+        if f.name.split("_")[0] != "partial":
+            f.unlink()
+    nb = nbformat.read(files / f"partial_{notebook}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER:
+            cell.source = corpus.PARTIAL + "\n" + JUNK_CELL
+    nbformat.write(nb, files / f"junk_{notebook}.ipynb")
+    course = generated_course(tmp_path / "course")
+    grade(env, files, "--course", course, *GRADE_LIMITS)
+    rows = read_grades(course / ".grading" / "grades.csv")
+    assert (float(rows["partial"][notebook]), rows["partial"]["status"]) == (corpus.MAX, "ok"), rows["partial"]
+    assert rows["junk"]["status"] == "flagged", rows["junk"]
+    assert "dropped past the output cap" in rows["junk"]["reason"], rows["junk"]
+    autograded = course / "autograded" / "junk" / COURSE.assignment / f"{notebook}.ipynb"
+    assert autograded.stat().st_size < 2 * LIMIT, autograded.stat().st_size
