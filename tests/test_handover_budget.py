@@ -154,6 +154,32 @@ def test_the_checks_own_record_first_then_a_learners_is_kept_small():
     assert sent_bytes(got) <= LIMIT + 2000
 
 
+def test_a_learners_function_cannot_clear_the_records_that_flag_it_and_show_a_forged_one():
+    """A forged record, the check's own (kept small), then clear_output and a second forged record: the clearing is
+    dropped in a cell that hands over, so every record stays for received.py to flag. Elsewhere it passes."""
+    ch = channel()
+    forged = record(EXAMPLE, index=0, entry={"programs": {"forged": True}})
+    clear = {"msg_type": "clear_output", "parent_header": {"msg_id": "check-cell"}, "content": {"wait": False}}
+    msgs = [shown("check-cell", dict(forged)), shown("check-cell", record(EXAMPLE, index=0, entry=ENTRY)), clear,
+            shown("check-cell", dict(forged))]
+    got = passed(ch, msgs)
+    assert clear["content"] not in got and len(got) == 3
+    assert got[1]["data"][MIME] == {"answer": "exercise", "check": "worked example", "again": True}
+    assert ch.keep({**clear, "parent_header": {"msg_id": "other-cell"}})
+
+
+def test_forged_headers_and_fields_of_any_json_shape_are_the_learners_and_never_stop_the_grader():
+    ch = channel()
+    odd = [{"msg_type": "display_data", "parent_header": {"msg_id": ["check-cell"]},
+            "content": {"data": {MIME: record(EXAMPLE, index=0)}, "metadata": {}}},
+           {"msg_type": "display_data", "parent_header": None, "content": {"data": {MIME: {}}, "metadata": {}}},
+           shown("check-cell", {"answer": ["exercise"], "check": {"x": 1}, "index": 0}),
+           shown("check-cell", {"answer": "exercise", "check": "values", "index": 0, "entry": [[[]]]})]
+    got = passed(ch, odd[:3])
+    assert len(got) == 3 and ch.handed == set()
+    assert passed(ch, odd[3:]) and ch.handed == {VALUES}  # a JSON entry of any shape is received.py's to read
+
+
 def test_records_for_a_check_the_cell_does_not_run_or_not_a_record_are_the_learners():
     ch = channel()
     ch.handing["check-cell"] = frozenset({EXAMPLE})

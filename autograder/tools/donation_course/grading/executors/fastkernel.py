@@ -82,7 +82,10 @@ class OutputBudget:
     the check's own) reaches the notebook as a small record of its own, so
     that received.py sees the check hand over twice and flags the student;
     any further record, and every record from any other cell, is the
-    learner's output and counts against `limit` like any other."""
+    learner's output and counts against `limit` like any other. In such a
+    cell nothing clears the outputs (clear_output is dropped): the checks
+    never do, and a learner's function could otherwise take away the
+    records that flag it and then show a forged one."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -106,13 +109,16 @@ class OutputBudget:
                 content["name"] = "stdout"  # an emptied stderr message must not zero the cell
                 self.noted = True
             return True
+        parent = msg.get("parent_header")
+        parent = parent.get("msg_id") if isinstance(parent, dict) else None
+        expected = self.handing.get(parent, frozenset()) if isinstance(parent, str) else frozenset()
+        if kind == "clear_output":
+            return not expected  # in a cell that hands over, no output of the checks' may be taken away
         if kind not in RICH:
             return True
         data = content.get("data")
         if kind == "display_data" and isinstance(data, dict) and set(data) == {MIME}:
-            parent = msg.get("parent_header")
-            parent = parent.get("msg_id") if isinstance(parent, dict) else None
-            if self._handed_over(self.handing.get(parent, frozenset()), content):
+            if self._handed_over(expected, content):
                 return True
         self.printed += OUTPUT_BYTES + (sum(len(str(k)) + len(str(v)) for k, v in data.items())
                                         if isinstance(data, dict) else len(str(data)))
@@ -137,7 +143,7 @@ class OutputBudget:
         if not expected or not isinstance(record, dict):
             return False
         key = (record.get("answer"), record.get("check"))
-        if key not in expected:
+        if not (isinstance(key[0], str) and isinstance(key[1], str)) or key not in expected:
             return False
         if key in self.handed:
             if key in self.again:
