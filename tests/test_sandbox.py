@@ -96,27 +96,36 @@ def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not
 
 # --- inside a grading kernel -------------------------------------------------------
 
-def run_in_sandbox(tmp_path, code, cache=None, trusted=()):
+FORKED_OR_NOT = pytest.mark.parametrize("forked", [True, False], ids=["forked", "started"])
+
+
+def run_in_sandbox(tmp_path, code, cache=None, trusted=(), forked=True):
     """Start one grading kernel the way a worker does (kernelspec, ipc,
     scratch folder, the compile cache `cache` if given) with its working
     folder in a course, run `code` (one cell's source, or a list of cells;
     those in `trusted` are the course's own), return (course, working
     folder, stdout: the outputs, then a line 'AUDIT <json>' with each
-    kernel's audit records)."""
+    kernel's audit records). `forked`: the kernel is forked into its sandbox
+    from the worker's kernel zygote (the default, kernel_zygote.py), else
+    started as a new Python there (kernel.py's --inner step, its fallback)."""
     script = tmp_path / "k.py"
     script.write_text(f"""
 import json, os, sys, tempfile
 from pathlib import Path
 from jupyter_client.manager import KernelManager
 from donation_course.grading.run.settings import GradingSettings
-from donation_course.grading.executors.worker import KERNEL_NAME, make_kernelspec, new_student_dir, use_kernel_settings
+from donation_course.grading.executors.worker import (KERNEL_NAME, make_kernelspec, new_student_dir,
+                                                      spawn_kernel_zygote, use_kernel_settings)
 tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
 os.environ["DONATION_LAB_AUDIT_END"] = {TOKEN!r}  # as audit_log.MarkNotebookEnd sets it
 os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
 from donation_course.grading.integrity.scan import ALLOWED_MODULES
 from donation_course.grading.integrity.audit_log import parsed_digests
 trusted = sorted(set().union(set(), *(parsed_digests(s) for s in json.loads(sys.argv[3]))))
-use_kernel_settings(GradingSettings(memory_mb=3072).kernel({str(cache or "")!r}, trusted, sorted(ALLOWED_MODULES)))
+settings = GradingSettings(memory_mb=3072, fork_kernels={forked!r}).kernel({str(cache or "")!r}, trusted,
+                                                                       sorted(ALLOWED_MODULES))
+use_kernel_settings(settings)
+spawn_kernel_zygote(settings, tmp)
 runtime = new_student_dir(Path(tmp) / "w0")
 km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
 km.ip = str(runtime / "kernel-ipc")
@@ -154,7 +163,8 @@ print("AUDIT " + json.dumps(audit))
 
 
 @needs_bwrap
-def test_a_kernel_writing_1_5_gb_stops_at_the_disk_cap_in_its_folder_and_its_tmp(tmp_path):
+@FORKED_OR_NOT
+def test_a_kernel_writing_1_5_gb_stops_at_the_disk_cap_in_its_folder_and_its_tmp(tmp_path, forked):
     """The working folder and /tmp are tmpfs of settings.disk_mb (256 MiB)
     each: writing 1.5 GB in 64 MiB files stops with ENOSPC near the cap, in
     the sandbox only; nothing of it reaches the grader's disk."""
@@ -173,7 +183,7 @@ for where in (".", "/tmp"):
     else:
         print(where, "NOT STOPPED", written >> 20, "MiB")
 """
-    course, cwd, out = run_in_sandbox(tmp_path, code)
+    course, cwd, out = run_in_sandbox(tmp_path, code, forked=forked)
     assert ". stopped ENOSPC" in out and "/tmp stopped ENOSPC" in out, out
     for line in out.splitlines():
         if "stopped" in line:
@@ -182,7 +192,8 @@ for where in (".", "/tmp"):
 
 
 @needs_bwrap
-def test_the_kernels_runtime_folder_is_a_small_tmpfs_and_its_writes_never_reach_the_grader(tmp_path):
+@FORKED_OR_NOT
+def test_the_kernels_runtime_folder_is_a_small_tmpfs_and_its_writes_never_reach_the_grader(tmp_path, forked):
     """The folder that holds the connection file and the sockets is a tmpfs of sandbox.RUNTIME_BYTES inside (the
     grader reaches the sockets through links): 600 MB written there stop at its cap, and none of it is outside."""
     from donation_course.grading.integrity.sandbox import RUNTIME_BYTES
@@ -204,13 +215,14 @@ except OSError as exc:
     print("connection file", errno.errorcode[exc.errno])
 print("runtime holds", sorted(n for n in os.listdir(runtime) if not n.startswith("kernel-ipc")))
 """
-    course, cwd, out = run_in_sandbox(tmp_path, code)
+    course, cwd, out = run_in_sandbox(tmp_path, code, forked=forked)
     assert "runtime stopped ENOSPC" in out and "connection file EROFS" in out, out
     assert int(out.split("runtime stopped ENOSPC ")[1].split()[0]) <= RUNTIME_BYTES, out
 
 
 @needs_bwrap
-def test_a_grading_kernel_reaches_nothing_but_its_own_copy(tmp_path):
+@FORKED_OR_NOT
+def test_a_grading_kernel_reaches_nothing_but_its_own_copy(tmp_path, forked):
     cache = tmp_path / "course-cache"  # as the course's compile cache: read, never written
     cache.mkdir()
     (cache / "entry-cache").write_text("compiled by the instructor")
@@ -237,8 +249,13 @@ tryit("overwrite", lambda: open(os.path.join(course, "gradebook.db"), "w").write
 print("own-file", open("mine.txt").read())
 open("mine.txt", "w").write("changed in the sandbox")
 print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0])
+print("pid", os.getpid(), "pid2", os.path.basename(open("/proc/2/cmdline").read().split(chr(0))[0]))
+print("processes", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+status = dict(line.split(":", 1) for line in open("/proc/%d/status" % os.getpid()).read().splitlines())
+caps = ("CapInh", "CapPrm", "CapEff", "CapAmb")
+print("caps", *(status[k].strip() for k in caps), "nnp", status["NoNewPrivs"].strip())
 """
-    course, cwd, out = run_in_sandbox(tmp_path, code, cache=cache)
+    course, cwd, out = run_in_sandbox(tmp_path, code, cache=cache, forked=forked)
     # the instructor's home: at most the folder holding the interpreter the venv was made from
     assert "home []" in out or "home ['.pyenv']" in out, out
     for label in ("gradebook", "classmate", "course-source", "repo-source", "network", "overwrite",
@@ -251,6 +268,10 @@ print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0
     assert "own-file alice's file" in out, out
     assert "uid 65534" in out, out  # not root: RLIMIT_NPROC applies
     assert "pid1 bwrap" in out or "pid1 /" in out, out  # its own PID namespace: the grader is not in it
+    # forked (kernel_zygote.py): the kernel is the third process there, beside bwrap's init and the holder; else
+    # the kernel is bwrap's command itself. Either way no capability, and no privilege an exec could gain
+    assert ("pid 3 pid2 cat" in out and "processes [1, 2, 3]" in out) if forked else "pid 2 pid2 python" in out, out
+    assert "caps 0000000000000000 0000000000000000 0000000000000000 0000000000000000 nnp 1" in out, out
     assert (course / "gradebook.db").read_text() == "secret grades"
     assert (cwd / "mine.txt").read_text() == "alice's file"  # writes went to the scratch copy
 

@@ -12,11 +12,12 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...course import load_config
 from ..integrity.audit_log import read_audit
+from ..integrity.kernel_zygote import Zygote
 from ..referee.student import close as close_referee
 from ..referee.student import prepare as prepare_referee
 from ..referee.student import referee_student
@@ -62,6 +63,25 @@ def use_kernel_settings(settings: KernelSettings) -> None:
     os.environ[KERNEL_SETTINGS_ENV] = settings.to_json()
 
 
+_zygote: Zygote | None = None  # this process's kernel zygote (integrity/kernel_zygote.py), when kernels fork
+
+
+def spawn_kernel_zygote(settings: KernelSettings, folder: str) -> None:
+    """Start this process's kernel zygote, if its kernels are sandboxed and forked; it imports meanwhile."""
+    global _zygote
+    if settings.sandbox and settings.fork:
+        _zygote = Zygote(folder, settings.compile_cache)
+        _zygote.spawn()
+
+
+def prepare_kernel_zygote() -> None:
+    """The next kernel is forked from the zygote if it is ready (started again if it died), else started anew."""
+    settings = KernelSettings.from_environment()
+    path = _zygote.path if _zygote is not None and _zygote.ready() else ""
+    if settings.zygote != path:
+        use_kernel_settings(replace(settings, zygote=path))
+
+
 def new_student_dir(base: Path) -> Path:
     """A fresh folder for one student's kernels, named to the launcher: runtime/
     (connection file, sockets: the only folder the sandbox shares with the
@@ -71,6 +91,7 @@ def new_student_dir(base: Path) -> Path:
     runtime = base / "runtime"
     runtime.mkdir()
     prepare_referee()  # the worker's referee started, if it is not running
+    prepare_kernel_zygote()
     os.environ[STUDENT_DIR_ENV] = str(base)
     return runtime
 
@@ -282,6 +303,7 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
     own_tmp = Path(job.tmp + "-tmp")
     own_tmp.mkdir(parents=True, exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(own_tmp)
+    spawn_kernel_zygote(job.kernel, str(own_tmp))
     from .fastkernel import CappedIOPubChannel
 
     CappedIOPubChannel.limit = job.max_output_bytes
@@ -308,3 +330,5 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
                     "(nothing you submitted was lost)", log=traceback.format_exc())))
     finally:
         close_referee()  # its server and scratch folder (a forked worker ends without atexit)
+        if _zygote is not None:
+            _zygote.stop()

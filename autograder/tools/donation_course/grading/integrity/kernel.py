@@ -139,12 +139,85 @@ def main() -> None:
     cmd = bwrap_argv(cwd, str(runtime), settings.disk_bytes, extra_ro=[cache] if cache else [], fonts=fonts)
     for key, value in fixed_env(home=cwd, cache=cache).items():
         cmd += ["--setenv", key, value]
+    if settings.zygote:  # fork the kernel from the grading process's kernel zygote (kernel_zygote.py)
+        code = _run_forked(cmd, settings, cwd, argv, audit, fixed_env(home=cwd, cache=cache),
+                           json.loads((runtime / "connection.json").read_text()))
+        if code is not None:
+            sys.exit(code)
     python = venv_python()
     info, info_w = os.pipe()
     cmd += ["--info-fd", str(info_w), "--", python, "-m", "donation_course.grading.integrity.kernel", "--inner",
             "--nproc", str(settings.max_processes), *audit, "--", *argv]
     sys.exit(_run_sandbox(cmd, info, info_w, json.loads((runtime / "connection.json").read_text()),
                           [int(a) for a in audit[1::2]]))
+
+
+def _holder() -> list:
+    """What bwrap runs in a sandbox whose kernel is forked in: a program that echoes its stdin (a pipe from this
+    launcher) to its stdout (another), until its stdin closes. The launcher's first line coming back says the
+    sandbox is made (bwrap names its process before it has mounted anything): `cat`, where the system has
+    it under /usr (bound into the sandbox)."""
+    cat = shutil.which("cat", path="/usr/bin:/bin")
+    if cat and os.path.realpath(cat).startswith("/usr/"):
+        return [os.path.realpath(cat)]
+    from .sandbox import venv_python
+    return [venv_python(), "-I", "-S", "-c", "import shutil, sys; shutil.copyfileobj(sys.stdin.buffer, "
+            "sys.stdout.buffer, 1)"]
+
+
+def _run_forked(bwrap: list, settings: KernelSettings, cwd: str, argv: list, audit: list, env: dict,
+                connection: dict):
+    """The sandbox as bwrap makes it, holding a kernel the zygote forks into it (kernel_zygote.py). Returns the
+    kernel's exit status, or None, having started nothing, when the zygote cannot be reached."""
+    import subprocess
+
+    from .kernel_zygote import connect, request_kernel
+    from .sandbox import link_sockets
+
+    try:
+        conn = connect(settings.zygote)
+    except OSError:
+        return None
+    hold, hold_w = os.pipe()
+    echo, echo_w = os.pipe()
+    info, info_w = os.pipe()
+    proc = subprocess.Popen([*bwrap, "--info-fd", str(info_w), "--", *_holder()], stdin=hold, stdout=echo_w,
+                            pass_fds=[info_w], preexec_fn=_bwrap_dies_with_launcher)
+    for fd in (hold, echo_w, info_w):
+        os.close(fd)
+    with os.fdopen(info, "rb") as fh:
+        text = fh.read()
+    os.write(hold_w, b"made?\n")
+    with os.fdopen(echo, "rb") as fh:
+        made = fh.readline() == b"made?\n"  # the holder runs: every mount of the sandbox is in place
+    try:
+        sandbox = int(json.loads(text)["child-pid"])
+    except (ValueError, KeyError):
+        made = False
+    if not made:
+        os.close(hold_w)
+        return proc.wait() or 1  # bwrap could not set the sandbox up: it says why and exits
+    link_sockets(connection, sandbox)
+    fds = [int(a) for a in audit[1::2]]
+    request = {"sandbox_pid": sandbox, "cwd": cwd, "argv": argv, "env": env, "audit": bool(audit),
+               "limits": {"memory": settings.memory_mb << 20 if settings.memory_mb > 0 else 0,
+                          "file": settings.max_file_bytes, "processes": settings.max_processes}}
+    try:
+        code = request_kernel(conn, request, [0, 1, 2, *fds])
+    finally:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        os.close(hold_w)  # the holder ends, and with it the sandbox
+        proc.wait()
+    return code
+
+
+def _bwrap_dies_with_launcher():  # in bwrap, before it starts: SIGKILL when this launcher dies (it takes the sandbox)
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
 
 
 def _run_sandbox(cmd: list, info: int, info_w: int, connection: dict, fds: list) -> int:
@@ -154,13 +227,7 @@ def _run_sandbox(cmd: list, info: int, info_w: int, connection: dict, fds: list)
 
     from .sandbox import link_sockets
 
-    def die_with_launcher():  # in bwrap, before it starts: SIGKILL when this launcher dies (it takes the sandbox)
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-
-    proc = subprocess.Popen(cmd, pass_fds=[info_w, *fds], preexec_fn=die_with_launcher)
+    proc = subprocess.Popen(cmd, pass_fds=[info_w, *fds], preexec_fn=_bwrap_dies_with_launcher)
     os.close(info_w)
     for fd in fds:
         os.close(fd)  # the kernel holds them now

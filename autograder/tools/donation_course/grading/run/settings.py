@@ -73,6 +73,9 @@ class GradingSettings(Configurable):
     audit = Bool(True, help="Run grading kernels under the runtime audit (audit.py); off only to measure "
                  "its cost: every row then says 'audit off'.").tag(config=True)
     compile_cache = Bool(True, help="Let grading kernels read the course's JAX compile cache.").tag(config=True)
+    fork_kernels = Bool(True, help="Fork each sandboxed kernel from a process that has imported JAX once "
+                        "(integrity/kernel_zygote.py) instead of starting a new Python in the sandbox; off "
+                        "only to measure what it saves.").tag(config=True)
     # --- input and output
     lms = Unicode("", help="The export's file naming (an LMS of grading/lms/; '' detects it).").tag(config=True)
     name_regex = Unicode("", help="Any other naming: a FileNameCollectorPlugin.named_regexp.").tag(config=True)
@@ -123,6 +126,7 @@ class GradingSettings(Configurable):
         return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,
                               max_file_bytes=self.max_file_mb << 20, disk_bytes=self.disk_mb << 20,
                               sandbox=self.sandbox, audit=self.audit, compile_cache=compile_cache,
+                              fork=self.fork_kernels,
                               trusted_cells=tuple(trusted_cells), allowed_modules=tuple(allowed_modules))
 
 
@@ -139,6 +143,8 @@ class KernelSettings:
     compile_cache: str  # the folder to read compiled programs from, or ""
     trusted_cells: tuple = ()    # the course's own cells, by ipykernel's hash (audit_log.trusted_cells)
     allowed_modules: tuple = ()  # what learner code may import (scan_policy.ALLOWED_MODULES)
+    fork: bool = True             # sandboxed kernels forked from the grading process's kernel zygote
+    zygote: str = ""              # that zygote's socket, once the grading process has started it
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

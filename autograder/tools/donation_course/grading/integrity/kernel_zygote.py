@@ -1,0 +1,316 @@
+"""The kernel zygote: sandboxed grading kernels forked from a Python that has already imported JAX.
+
+A grading kernel used to start a new Python inside each student's sandbox and import ipykernel and JAX
+there: about 1.2 s of a core per student, a third of a submission's cost. Each grading process now starts
+one zygote (`python -P -m donation_course.grading.integrity.kernel_zygote SOCKET`, in the kernel's fixed
+environment, outside any sandbox). It imports ipykernel, JAX and NumPy once, stays one thread, and serves
+the kernel launchers of its grading process over a unix socket in the grading process's private folder.
+
+The sandbox itself is made exactly as before, by bubblewrap (kernel.py, sandbox.py): the launcher starts
+bwrap with a holder (`cat` on a pipe) instead of a Python, and asks the zygote for a kernel in it, handing
+over the sandbox's process id, the working folder, the kernel's arguments and its file descriptors
+(stdin/stdout/stderr and the audit's two). The zygote forks a child, which:
+
+- joins every namespace of the sandbox (`setns` on /proc/PID/ns/*: its user namespace first when bwrap made
+  one, then mount, PID, network, IPC, UTS and cgroup), so that its root, its /proc, its network and its
+  files are the sandbox's and nothing else; then forks the kernel, the first of its processes inside the
+  sandbox's PID namespace, and waits for it, telling the launcher how it ended;
+- the kernel: a new session, dies with its parent, fills the working folder, caps address space, file size,
+  core files and (as root) processes, drops root for the sandbox uid and every capability, is made
+  dumpable as an exec'd process is, reseeds Python's and NumPy's random state, closes every descriptor it
+  was not given, takes the environment the launcher would have given it, installs the runtime audit and
+  its exec filter (audit.py) and starts ipykernel: the same steps, in the same order, as
+  kernel.py's inner step and audit.main.
+
+What the zygote imported is trusted code, imported with nothing of a student's around; a forked kernel
+shares its pages until it writes them. Nothing secret lives in the zygote: the audit's key reaches the
+kernel through its own pipe, as before. The kernel dies with the sandbox (when bwrap's init in the PID
+namespace ends, the kernel ends) and the sandbox with its launcher, so jupyter_client's kill of the
+launcher still takes everything down. A launcher that cannot reach the zygote starts the kernel the old
+way (kernel.py), so a dead zygote costs time, never a grade.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+
+NAMESPACES = ("user", "cgroup", "ipc", "uts", "net", "pid", "mnt")  # the user namespace first: it grants the rest
+MAX_FDS = 8
+READY = b"ready\n"
+
+
+def _prctl(option: int, value: int) -> int:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _die_with_parent() -> None:
+    _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
+def _join(pid: int) -> None:
+    """Join every namespace of process `pid` that this process is not already in."""
+    fds = {}
+    try:
+        for name in NAMESPACES:
+            try:
+                fds[name] = os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # a kernel without cgroup namespaces
+        for name, fd in fds.items():
+            if os.fstat(fd).st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
+                os.setns(fd, 0)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _drop_capabilities() -> None:
+    """No capability left in any set (a process that joined bwrap's user namespace holds them all there)."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _kernel(request: dict, fds: list) -> None:
+    """In the sandbox's namespaces: become the kernel. Never returns."""
+    import resource
+
+    from .sandbox import SANDBOX_UID, fill_working_folder
+
+    os.setsid()
+    _die_with_parent()
+    stdin, stdout, stderr, *audit_fds = fds
+    for fd, std in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, std)
+    keep = {0, 1, 2, *audit_fds}
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd")):
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    cwd = request["cwd"]
+    os.chdir(cwd)
+    fill_working_folder(cwd)
+    limits = request["limits"]
+    if limits["memory"] > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file"], limits["file"]))
+    argv = request["argv"]
+    if os.getuid() == 0:  # the runtime tmpfs: where the kernel (the sandbox uid) makes its sockets
+        os.chown(os.path.dirname(argv[argv.index("-f") + 1]), SANDBOX_UID, SANDBOX_UID)
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
+        os.setgroups([])
+        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    _drop_capabilities()
+    _prctl(4, 1)  # PR_SET_DUMPABLE: as an exec'd kernel is (a uid change cleared it)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import random
+
+    import numpy
+
+    random.seed()
+    numpy.random.seed()
+    from ipykernel import kernelapp
+
+    from . import audit
+
+    if request["audit"]:
+        fd, config_fd = audit_fds
+        with os.fdopen(config_fd, "r") as fh:
+            config = json.load(fh)
+        audit.install(fd, bytes.fromhex(config["key"]), frozenset(config["trusted"]),
+                      frozenset(config["allowed"]), cwd, frozenset(config.get("end", ())))
+        audit.forbid_exec()
+    sys.argv = ["ipykernel_launcher", *argv]
+    kernelapp.launch_new_instance()
+    sys.exit(0)
+
+
+def _child(conn: socket.socket, request: dict, fds: list) -> None:
+    """The zygote's child for one kernel: join the sandbox, fork the kernel there, report how it ended."""
+    status = 1
+    try:
+        _die_with_parent()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _join(int(request["sandbox_pid"]))
+        kernel = os.fork()
+        if kernel == 0:
+            try:
+                conn.close()
+                _kernel(request, fds)
+            except SystemExit as exc:
+                os._exit(exc.code if isinstance(exc.code, int) else 1)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(json.dumps({"started": kernel}).encode() + b"\n")
+        _, how = os.waitpid(kernel, 0)
+        status = os.waitstatus_to_exitcode(how)
+        try:
+            conn.sendall(json.dumps({"exit": status}).encode() + b"\n")
+        except OSError:
+            pass  # the launcher was killed first (jupyter_client's shutdown): nobody is waiting
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        try:
+            conn.sendall(json.dumps({"error": traceback.format_exc(limit=1)[-300:]}).encode() + b"\n")
+        except OSError:
+            pass
+    finally:
+        os._exit(0 if status == 0 else 1)
+
+
+def _receive(conn: socket.socket) -> tuple:
+    msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS)
+    return json.loads(msg), list(fds)
+
+
+def serve(path: str) -> None:
+    import threading
+
+    import ipykernel.kernelapp  # noqa: F401  (what every kernel would import first)
+    import jax  # noqa: F401
+    import jax.numpy  # noqa: F401
+    import numpy  # noqa: F401
+
+    from . import audit, sandbox  # noqa: F401
+
+    if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
+        raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")
+    _die_with_parent()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    server.bind(path)
+    os.umask(old)
+    server.listen(64)
+    sys.stdout.buffer.write(READY)
+    sys.stdout.flush()
+    while True:
+        conn, _ = server.accept()
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError):
+            conn.close()
+            continue
+        if os.fork() == 0:
+            server.close()
+            _child(conn, request, fds)
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+
+
+class Zygote:
+    """The grading process's handle on its zygote: `spawn` starts it (it imports while the grading process
+    does other work), `ready` waits for it and says whether kernels can be forked from it now. One that cannot
+    start, or died, is started again once; after that the launchers start kernels the old way."""
+
+    def __init__(self, folder: str, compile_cache: str):
+        self.path = os.path.join(folder, "kernel-zygote.sock")
+        self.compile_cache = compile_cache
+        self.proc = None
+        self.starts = 0
+        self.waiting = False
+
+    def usable(self) -> bool:
+        return len(self.path.encode()) < 100  # a unix socket's path has room for about 104 bytes
+
+    def spawn(self) -> None:
+        import subprocess
+
+        from .sandbox import fixed_env, venv_python
+
+        if not self.usable() or self.starts >= 2:
+            return
+        self.starts += 1
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        try:
+            self.proc = subprocess.Popen([venv_python(), "-P", "-m", __name__, self.path],
+                                         env=fixed_env(home="/", cache=self.compile_cache),
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True,
+                                         preexec_fn=_die_with_parent, cwd="/")
+            self.waiting = True
+        except OSError:
+            self.proc = None
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            self.proc = None  # it died: once more
+            self.spawn()
+        if self.proc is None:
+            return False
+        if self.waiting:
+            self.waiting = False
+            if self.proc.stdout.readline() != READY:
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
+                return False
+            self.proc.stdout.close()
+        return True
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def connect(path: str) -> socket.socket:
+    """A connection to the zygote at `path`; raises OSError when it cannot be reached."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
+def request_kernel(conn: socket.socket, request: dict, fds: list) -> int:
+    """Ask for a kernel in the sandbox request["sandbox_pid"] and wait until it ends: its exit status (1 when
+    the zygote could not start it, with the reason on stderr)."""
+    socket.send_fds(conn, [json.dumps(request).encode()], fds)
+    with conn.makefile("rb") as replies:
+        for line in replies:
+            reply = json.loads(line)
+            if "exit" in reply:
+                return int(reply["exit"])
+            if "error" in reply:
+                sys.stderr.write(f"the kernel zygote could not start the kernel: {reply['error']}\n")
+                return 1
+    return 1  # the zygote's child died
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

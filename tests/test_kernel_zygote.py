@@ -1,0 +1,83 @@
+"""Grading kernels forked from the worker's kernel zygote (grading/integrity/kernel_zygote.py).
+
+test_sandbox.py runs its sandbox tests (reach, disk, runtime folder, the runtime audit) on forked kernels
+and on kernels started as a new Python; here: what forking itself could get wrong, and what happens when
+the zygote is not there."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import LIMIT_SCALE
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+SCRIPT = """
+import json, os, signal, sys, tempfile
+from pathlib import Path
+from jupyter_client.manager import KernelManager
+from donation_course.grading.run.settings import GradingSettings
+from donation_course.grading.executors import worker
+tmp = tempfile.mkdtemp(prefix="dlz-", dir="/tmp")
+os.environ["JUPYTER_PATH"] = str(worker.make_kernelspec(Path(tmp) / "jupyter", sys.executable))
+settings = GradingSettings(audit=False).kernel("")
+worker.use_kernel_settings(settings)
+worker.spawn_kernel_zygote(settings, tmp)
+code = "import os, random, numpy; print(os.getpid(), random.random(), numpy.random.random())"
+for step in json.loads(sys.argv[1]):
+    if step == "kill":  # the zygote dies between two students
+        worker._zygote.ready()
+        os.kill(worker._zygote.proc.pid, signal.SIGKILL)
+        worker._zygote.proc.wait()
+        continue
+    if step == "unlink":  # its socket is gone: the launcher cannot reach it
+        os.unlink(worker._zygote.path)
+        continue
+    runtime = worker.new_student_dir(Path(tmp) / "w0")
+    cwd = Path(tmp) / "student"
+    cwd.mkdir(exist_ok=True)
+    km = KernelManager(kernel_name=worker.KERNEL_NAME, transport="ipc")
+    km.ip = str(runtime / "kernel-ipc")
+    km.start_kernel(cwd=str(cwd))
+    kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
+    out = []
+    kc.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", "")))
+    km.shutdown_kernel(now=True)
+    print("KERNEL", "".join(out).strip(), flush=True)
+worker._zygote.stop()
+import shutil; shutil.rmtree(tmp)
+"""
+
+
+def kernels(steps: list) -> list:
+    """Run the steps ("kernel", "kill", "unlink") in one grading process; each kernel's (pid, random draws)."""
+    r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(steps)], capture_output=True, text=True,
+                       timeout=240 * LIMIT_SCALE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [line.split()[1:] for line in r.stdout.splitlines() if line.startswith("KERNEL")]
+
+
+@needs_bwrap
+def test_kernels_forked_from_one_zygote_draw_different_random_numbers():
+    """A fork copies the zygote's random state: NumPy's global one stays the same in every child (Python's
+    random module reseeds itself after a fork), so each kernel reseeds both from the system, and two students of
+    one worker do not draw the same numbers, as two started Pythons would not."""
+    first, second = kernels(["kernel", "kernel"])
+    assert first[0] == second[0] == "3", (first, second)  # both forked: the third process of their sandbox
+    assert first[1] != second[1] and first[2] != second[2], (first, second)
+
+
+@needs_bwrap
+def test_a_dead_zygote_is_started_once_more_then_kernels_start_as_before():
+    """A zygote that dies is started again at the next student; one that dies again is left, and the kernels
+    after it start as a new Python in the sandbox (kernel.py's --inner step): slower, graded the same."""
+    pids = [pid for pid, *_ in kernels(["kernel", "kill", "kernel", "kill", "kernel"])]
+    assert pids == ["3", "3", "2"], pids
+
+
+@needs_bwrap
+def test_a_launcher_that_cannot_reach_the_zygote_starts_the_kernel_itself():
+    pids = [pid for pid, *_ in kernels(["kernel", "unlink", "kernel"])]
+    assert pids == ["3", "2"], pids
