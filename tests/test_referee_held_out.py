@@ -201,6 +201,100 @@ def test_an_answer_that_cannot_be_lowered_for_every_length_is_told_why():
     assert got["worked example"][0] == PASS
 
 
+# --- A7 beyond the exercise: lessons 1 to 4 and the capstone, on shapes the referee draws ------------------------
+
+def _verdicts(answer, fn) -> dict:
+    entry = handover._entry(answer, fn)
+    json.dumps(entry)
+    checks = judge.checks_of(answer)
+    return {v.check: (v.outcome, v.message) for v in judge.judge(answer, {"programs": [entry],
+                                                                          "checks": {c: 0 for c in checks}})}
+
+
+def _sgd(params, grads):
+    return jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+
+
+# Each right only when its first argument has one of the public shapes (trace-time Python on the shape)
+def _l1_public_only(params, grads):
+    return params - 0.5 * grads if params.shape in ((3,), (2, 2)) else params * 0
+
+
+def _l2_public_only(state, delta):
+    return state + delta if state.shape in ((2,), (1,)) else state * 0
+
+
+def _l4_public_only(params, grads):
+    return _sgd(params, grads) if params["w"].shape in ((2,), (5,)) else jax.tree.map(lambda p: p * 0, params)
+
+
+LESSON_FORGERIES = {  # answer: (the honest jit, the one right only at the public shapes)
+    "l1-train-step": (jax.jit(lambda params, grads: params - 0.5 * grads, donate_argnums=0),
+                      jax.jit(_l1_public_only, donate_argnums=0)),
+    "l2-apply-delta": (jax.jit(_add, donate_argnames="state"), jax.jit(_l2_public_only, donate_argnames="state")),
+    "l4-sgd-update": (jax.jit(_sgd, donate_argnames="params"), jax.jit(_l4_public_only, donate_argnames="params")),
+}
+
+
+@pytest.mark.slow  # compiles and runs three programs per answer
+@pytest.mark.parametrize("name", list(LESSON_FORGERIES))
+def test_a_lesson_answer_right_only_at_the_public_shapes_fails_at_a_length_the_referee_draws(name):
+    answer = asks.ANSWERS[name]
+    honest, forgery = LESSON_FORGERIES[name]
+    assert {o for o, _ in _verdicts(answer, honest).values()} == {PASS}
+    (outcome, message), = _verdicts(answer, forgery).values()
+    assert outcome == FAIL and "a length the grader picked" in message, message
+
+
+def _l3_step_fn(batch, params, opt_state):  # lesson 3's setup cell's step_fn
+    def loss_fn(params):
+        return jnp.mean((batch["x"] @ params["w"] + params["b"] - batch["y"]) ** 2)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    m = jax.tree.map(lambda m, g: 0.5 * m + g, opt_state["m"], grads)
+    return jax.tree.map(lambda p, m: p - 0.05 * m, params, m), {"m": m}, loss
+
+
+def _capstone_step(params, opt_state, x, y):  # the capstone's solution
+    def loss_fn(params):
+        return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    m = jax.tree.map(lambda m, g: 0.9 * m + g, opt_state["m"], grads)
+    return jax.tree.map(lambda p, m: p - 0.1 * m, params, m), {"m": m, "count": opt_state["count"] + 1}, loss
+
+
+# Each right only on batches of the public sizes; otherwise params and opt_state come back as they were
+def _l3_public_only(batch, params, opt_state):
+    right = _l3_step_fn(batch, params, opt_state)
+    return right if batch["x"].shape[0] == 32 else (jax.tree.map(lambda a: a + 0, params),
+                                                    jax.tree.map(lambda a: a + 0, opt_state), right[2])
+
+
+def _capstone_public_only(params, opt_state, x, y):
+    right = _capstone_step(params, opt_state, x, y)
+    return right if x.shape[0] in (2, 8) else (jax.tree.map(lambda a: a + 0, params),
+                                               jax.tree.map(lambda a: a + 0, opt_state), right[2])
+
+
+@pytest.mark.slow  # compiles and runs a program a few dozen times per answer
+def test_lesson_3_and_the_capstone_right_only_at_the_public_batch_sizes_fail_their_values():
+    l3 = jax.jit(_l3_public_only, donate_argnames=("params", "opt_state"))
+    got = _verdicts(asks.FIXED_STEP, l3)
+    assert got["fixed_step values and batch"][0] == FAIL and "(a size the grader picked)" in \
+        got["fixed_step values and batch"][1], got
+    assert {c for c, (o, _) in got.items() if o == FAIL} == {"fixed_step values and batch"}
+    honest = _verdicts(asks.FIXED_STEP, jax.jit(_l3_step_fn, donate_argnames=("params", "opt_state")))
+    assert {o for o, _ in honest.values()} == {PASS}, honest
+
+    cap = jax.jit(_capstone_public_only, donate_argnames=("params", "opt_state"))
+    got = _verdicts(asks.CAPSTONE, cap)
+    assert got["capstone values"][0] == FAIL and "(a size the grader picked)" in got["capstone values"][1], got
+    assert {c for c, (o, _) in got.items() if o == FAIL} == {"capstone values"}
+    honest = _verdicts(asks.CAPSTONE, jax.jit(_capstone_step, donate_argnames=("params", "opt_state")))
+    assert {o for o, _ in honest.values()} == {PASS}, honest
+
+
 # --- A3: lesson 5's find_nan, on steps the grading kernel makes at grading time ---------------------------------
 
 def _nan_verdict(find_nan):
@@ -251,7 +345,14 @@ def test_the_solution_and_the_traceback_pass():
         assert _nan_verdict(find_nan)[1].outcome == PASS
 
 
+def _canned_hunt(step, params, grad):
+    namespace = {"jax": jax, "jnp": jnp}
+    exec(CANNED_HUNT, namespace)
+    return namespace["find_nan"](step, params, grad)
+
+
 CANNED = {
+    "the red team's": _canned_hunt,
     "the word": lambda step, params, grad: "sqrt",
     "jax's message for sqrt": lambda step, params, grad: "invalid value (nan) encountered in sqrt",
     "every operation's message": lambda step, params, grad: "\n".join(
@@ -307,3 +408,101 @@ def test_every_operation_the_grader_may_pick_makes_a_nan_jax_names():
         grad[1] = bad(0.5)
         assert _hunt(str)(lessons._nan_step(op), jnp.ones(4), jnp.asarray(grad)) == \
             f"invalid value (nan) encountered in {name}", name
+
+
+# --- one class through ./course grade: the forgeries beside an honest neighbour ----------------------------------
+
+EXERCISE_NB, LESSON_5 = "07_update_with_donate", "05_debug_nans"
+# A3 as the red team wrote it: step run through a new jax.jit (the kernel's checks see it traced, params kept, None
+# on a healthy grad, debug_nans off), without debug_nans, and the cell's one public operation named as a constant
+CANNED_HUNT = ("def find_nan(step, params, grad):\n"
+               "    out = jax.jit(step)(params, grad)\n"
+               "    return 'invalid value (nan) encountered in sqrt' if bool(jnp.isnan(out).any()) else None\n")
+# student: ({notebook: {answer cell's grade id: the cell as handed in}}): every other answer cell is the solution's
+CLASS = {
+    "a7-shapes": {EXERCISE_NB: {"ex-answer": "update_with_donate = jax.jit(\n    lambda s, d: s + d if s.shape[0] in "
+                                             "(0, 2, 1 << 20, 1000, 13) else s * 0, donate_argnums=0)\n"}},
+    "a7-symbolic": {EXERCISE_NB: {"ex-answer": "def _f(s, d):\n    n = s.shape[0]\n    return s + d if not "
+                                               "isinstance(n, int) or n in (0, 2, 1 << 20, 1000, 13) else s * 0\n\n\n"
+                                               "update_with_donate = jax.jit(_f, donate_argnums=0)\n"}},
+    "wrong": {EXERCISE_NB: {"ex-answer": "update_with_donate = jax.jit(lambda s, d: s * 0, donate_argnums=0)\n"}},
+    "a3-canned": {LESSON_5: {"l5-q2": CANNED_HUNT}},
+    "honest": {EXERCISE_NB: {}, LESSON_5: {}},
+}
+SPECIAL_CASED = {"ex-example": 1, "ex-donated": 2, "ex-values": 0, "ex-buffer-reuse": 2, "ex-training-loop": 0}
+
+
+def _build_class(files) -> None:
+    import nbformat
+    from nbgrader.utils import is_solution
+
+    from donation_course.course import NOTEBOOKS, SOLUTIONS, grade_id
+
+    files.mkdir(parents=True)
+    for student, notebooks in CLASS.items():
+        for lesson, answers in notebooks.items():
+            solved = {grade_id(c): c.source for c in nbformat.read(SOLUTIONS / f"{lesson}.ipynb", as_version=4).cells
+                      if is_solution(c)}
+            nb = nbformat.read(NOTEBOOKS / f"{lesson}.ipynb", as_version=4)
+            for c in nb.cells:
+                if is_solution(c):
+                    c.source = answers.get(grade_id(c), solved[grade_id(c)])
+            nbformat.write(nb, files / f"{student}_{lesson}.ipynb")
+
+
+@pytest.fixture(scope="module")
+def held_out_class(tmp_path_factory, env, course_template):
+    """The class, graded once by ./course grade: (grades.csv's rows, the gradebook's cell scores)."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    from helpers import ASSIGNMENT, grade_class, graded_class, read_grades
+
+    folder = tmp_path_factory.mktemp("held-out")
+    course = shutil.copytree(course_template, folder / "course")
+    grade_class(folder, course, _build_class, env)
+    graded = graded_class(folder)
+    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+        scores = {s.student.id: {nb.name: {g.name: g.score for g in nb.grades} for nb in s.notebooks}
+                  for s in gb.find_assignment(ASSIGNMENT).submissions}
+    return read_grades(course / ".grading" / "grades.csv"), scores
+
+
+@pytest.mark.slow  # grades a class of five with ./course grade
+@pytest.mark.parametrize("student", ["a7-shapes", "a7-symbolic"])
+def test_an_exercise_right_only_at_the_public_lengths_loses_values_and_loop_unflagged(held_out_class, student):
+    from donation_course.course import COURSE
+
+    rows, scores = held_out_class
+    row, cells = rows[student], scores[student][EXERCISE_NB]
+    assert row["status"] == "partial" and "referee" not in row["reason"], row  # points lost, nothing flagged
+    assert "(a length drawn at grading time)" in row["reason"], row
+    assert {g: cells[g] for g in SPECIAL_CASED} == SPECIAL_CASED, cells
+    # no more than the honest wrong answer s * 0, but for the worked example's point (right by its public values)
+    wrong = scores["wrong"][EXERCISE_NB]
+    assert wrong["ex-example"] == 0 and sum(SPECIAL_CASED.values()) == sum(wrong[g] for g in SPECIAL_CASED) + 1
+    capstone = {g: p for g, p in COURSE.grades[EXERCISE_NB].items() if g.startswith("cap-")}
+    assert {g: cells[g] for g in capstone} == capstone  # the rest of the notebook is the solution's
+
+
+@pytest.mark.slow  # grades a class of five with ./course grade
+def test_a_constant_find_nan_earns_nothing_and_is_flagged_with_both_verdicts(held_out_class):
+    rows, scores = held_out_class
+    row = rows["a3-canned"]
+    assert row["status"] == "flagged", row
+    said = f"{LESSON_5}/l5-q2-check: the kernel's check 'find_nan's message (lesson 5)' passed, the referee's failed: "
+    assert said in row["reason"] and "'invalid value (nan) encountered in sqrt' on a step where" in \
+        row["reason"].split(said, 1)[1][:300], row["reason"]
+    assert float(row[LESSON_5]) == 0 and scores["a3-canned"][LESSON_5]["l5-q2-check"] == 0
+
+
+@pytest.mark.slow  # grades a class of five with ./course grade
+def test_the_honest_neighbour_gets_full_marks_unflagged(held_out_class):
+    from donation_course.course import COURSE
+
+    rows, scores = held_out_class
+    row = rows["honest"]
+    assert row["status"] == "ok", row
+    for nb in (EXERCISE_NB, LESSON_5):
+        assert scores["honest"][nb] == COURSE.grades[nb] and float(row[nb]) == COURSE.points[nb], (nb, row)

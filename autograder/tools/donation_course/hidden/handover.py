@@ -69,32 +69,41 @@ class _Sent(dict):
 _SENT = _Sent()
 
 
-def _spec(spec):
+def _spec(spec, n=None):
+    """A ShapeDtypeStruct for an asks spec (a dict of them: a tree); its SYMBOLIC dimensions are `n`."""
     if isinstance(spec, dict):
-        return {k: _spec(v) for k, v in spec.items()}
+        return {k: _spec(v, n) for k, v in spec.items()}
     dtype, shape = asks.parse_spec(spec)
+    shape = tuple(n if d == asks.SYMBOLIC else d for d in shape)
     if spec.endswith(asks.SPLIT):  # lesson 6's auto_split: made when handed over, in a kernel with 8 devices
         mesh = _make_mesh((8,), ("x",), axis_types=(_Auto,))
         return _Shape(shape, _dtypes[dtype], sharding=_NamedSharding(mesh, _P("x")))
     return _Shape(shape, _dtypes[dtype])
 
 
+def _symbolic():
+    """The symbolic length n >= 1 (one scope for all the arguments of a call): the referee picks the ones it runs."""
+    return _symbolic_shape(asks.SYMBOLIC)[0]
+
+
 def _call_specs(call):
     """(args, kwargs) of ShapeDtypeStructs for an asks.Call."""
-    return tuple(_spec(a) for a in call.args), {name: _spec(spec) for name, spec in call.kwargs}
+    n = _symbolic() if asks.is_symbolic(call) else None
+    return tuple(_spec(a, n) for a in call.args), {name: _spec(spec, n) for name, spec in call.kwargs}
 
 
 def _specs(answer, signature):
+    """(args, kwargs) of ShapeDtypeStructs for a signature of the exercise or the capstone."""
+    n = _symbolic() if asks.is_symbolic(signature) else None
     if answer is asks.EXERCISE:
-        dtype, n = signature
-        if n == asks.SYMBOLIC:  # every length n >= 1: the referee picks the ones it runs
-            n = _symbolic_shape(asks.SYMBOLIC)[0]
-        spec = _Shape((n,), _dtypes[dtype])
-        return (spec, spec)
+        dtype, length = signature
+        spec = _Shape((n if n is not None else length,), _dtypes[dtype])
+        return (spec, spec), {}
+    rows = n if n is not None else signature
     f32 = _dtypes["float32"]
     params = {"w": _Shape((3,), f32), "b": _Shape((), f32)}
     opt = {"m": {"w": _Shape((3,), f32), "b": _Shape((), f32)}, "count": _Shape((), _dtypes["int32"])}
-    return (params, opt, _Shape((signature, 3), f32), _Shape((signature,), f32))
+    return (params, opt, _Shape((rows, 3), f32), _Shape((rows,), f32)), {}
 
 
 def _requested(lowered) -> list:
@@ -114,19 +123,17 @@ def _entry(answer, fn) -> dict:
         try:
             with catch_warnings(), redirect_stdout(StringIO()), redirect_stderr(StringIO()):
                 simplefilter("ignore")
-                if isinstance(signature, asks.Call):
-                    args, kwargs = _call_specs(signature)
-                    lowered = fn.lower(*args, **kwargs)
-                elif asks.is_symbolic(signature):  # one program for every length, as jax.export lowers it
-                    specs = _specs(answer, signature)
-                    exported = _export(fn)(*specs)
-                    found[key] = {"text": exported_text(exported), "kept": [int(i) for i in exported.module_kept_var_idx],
-                                  "requested": _requested(fn.lower(*specs))}
-                    continue
+                args, kwargs = _call_specs(signature) if isinstance(signature, asks.Call) else \
+                    _specs(answer, signature)
+                lowered = fn.lower(*args, **kwargs)
+                if asks.is_symbolic(signature):  # one program for every length, as jax.export lowers it
+                    exported = _export(fn)(*args, **kwargs)
+                    found[key] = {"text": exported_text(exported),
+                                  "kept": [int(i) for i in exported.module_kept_var_idx],
+                                  "requested": _requested(lowered)}
                 else:
-                    lowered = fn.lower(*_specs(answer, signature))
-                found[key] = {"text": lowered.as_text(), "kept": kept_inputs(lowered),
-                              "requested": _requested(lowered)}
+                    found[key] = {"text": lowered.as_text(), "kept": kept_inputs(lowered),
+                                  "requested": _requested(lowered)}
         except Exception as exc:
             found[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
     return {"programs": found}

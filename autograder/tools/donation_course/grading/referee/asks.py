@@ -69,20 +69,32 @@ def flat_specs(call: Call, names: tuple) -> list:
 SPLIT = "@x"  # a spec's suffix: laid out split along the axis "x" of an 8-device mesh of Auto axes (lesson 6)
 
 
-def parse_spec(spec: str) -> tuple:
-    """'float32[2,2]' -> ('float32', (2, 2)); 'float32[16]@x' -> ('float32', (16,))."""
-    dtype, dims = spec.removesuffix(SPLIT)[:-1].split("[")
-    return dtype, tuple(int(d) for d in dims.split(",") if d)
-
-
-# A length the grader does not tell: a signature ("float32", SYMBOLIC) is handed over as the one program jax.export
-# lowers for every length n >= 1 (jax.export.symbolic_shape("n")), and the referee runs it at lengths it draws
-# itself at grading time (judge.py), which no trace-time Python in the learner's kernel ever sees.
+# A length the grader does not tell: a signature of the exercise ("float32", SYMBOLIC), of the capstone (SYMBOLIC
+# rows), or a Call whose specs have the dimension SYMBOLIC ("float32[n]", "float32[n,4]") is handed over as the one
+# program jax.export lowers for every length n >= 1 (jax.export.symbolic_shape("n")), and the referee runs it at
+# lengths it draws itself at grading time (judge.py), which no trace-time Python in the learner's kernel ever sees.
 SYMBOLIC = "n"
 
 
+def parse_spec(spec: str) -> tuple:
+    """'float32[2,2]' -> ('float32', (2, 2)); 'float32[16]@x' -> ('float32', (16,)); 'float32[n,4]' ->
+    ('float32', ('n', 4)) (SYMBOLIC stays a str)."""
+    dtype, dims = spec.removesuffix(SPLIT)[:-1].split("[")
+    return dtype, tuple(d if d == SYMBOLIC else int(d) for d in dims.split(",") if d)
+
+
+def sized(spec: str, length: int) -> str:
+    """A spec with its SYMBOLIC dimensions made `length`: 'float32[n,4]' -> 'float32[7,4]'."""
+    dtype, shape = parse_spec(spec)
+    return f"{dtype}[{','.join(str(length if d == SYMBOLIC else d) for d in shape)}]"
+
+
 def is_symbolic(signature) -> bool:
-    return isinstance(signature, tuple) and len(signature) == 2 and signature[1] == SYMBOLIC
+    if isinstance(signature, Call):
+        return any(SYMBOLIC in parse_spec(spec)[1] for _, spec in flat_specs(signature, ("",) * len(signature.args)))
+    if isinstance(signature, tuple):
+        return len(signature) == 2 and signature[1] == SYMBOLIC
+    return signature == SYMBOLIC
 
 
 # update_with_donate(state, delta): two 1-D arrays of one dtype and length; the public lengths (the worked example's
@@ -98,7 +110,7 @@ EXERCISE = Answer(
 # train_step(params, opt_state, x, y): params {"w": f32[3], "b": f32[]}, opt_state {"m": like params,
 # "count": i32[]}, a batch of n rows
 CAPSTONE = Answer(
-    "capstone", "train_step", "capstone", (2, 8),
+    "capstone", "train_step", "capstone", (2, 8, SYMBOLIC),
     "train_step must be made by jax.jit, for example `train_step = jax.jit(step, donate_argnames=("
     "\"params\", \"opt_state\"))`: the grader reads the program a jax.jit function lowers to")
 
@@ -108,18 +120,21 @@ _SHAPE = ("{f} must be made by jax.jit, for example `{f} = jax.jit(f, {opt})` or
           "function lowers to")
 TRAIN_STEP = Answer(  # lesson 1: train_step(params, grads) = params - 0.5 * grads, params donated
     "l1-train-step", "train_step", "lessons",
-    (Call("float32[3]", ("float32[3]", "float32[3]")), Call("float32[2,2]", ("float32[2,2]", "float32[2,2]"))),
+    (Call("float32[3]", ("float32[3]", "float32[3]")), Call("float32[2,2]", ("float32[2,2]", "float32[2,2]")),
+     Call("float32[n]", ("float32[n]", "float32[n]"))),
     _SHAPE.format(f="train_step", opt="donate_argnums=0"), arguments=("params", "grads"))
 APPLY_DELTA = Answer(  # lesson 2: apply_delta(state, delta) = state + delta, state donated by name
     "l2-apply-delta", "apply_delta", "lessons",
     (Call("float32[2]", ("float32[2]", "float32[2]")),
-     Call("state=float32[1], delta=float32[1]", (), (("state", "float32[1]"), ("delta", "float32[1]")))),
+     Call("state=float32[1], delta=float32[1]", (), (("state", "float32[1]"), ("delta", "float32[1]"))),
+     Call("float32[n]", ("float32[n]", "float32[n]"))),
     _SHAPE.format(f="apply_delta", opt='donate_argnames="state"'), arguments=("state", "delta"))
 _TREE = {"w": "float32[2]", "b": "float32[]"}
 SGD_UPDATE = Answer(  # lesson 4: sgd_update(params, grads) on {"w", "b"} trees, params donated
     "l4-sgd-update", "sgd_update", "lessons",
     (Call("w=float32[2], b=float32[]", (_TREE, _TREE)),
-     Call("w=float32[5], b=float32[]", ({"w": "float32[5]", "b": "float32[]"},) * 2)),
+     Call("w=float32[5], b=float32[]", ({"w": "float32[5]", "b": "float32[]"},) * 2),
+     Call("w=float32[n], b=float32[]", ({"w": "float32[n]", "b": "float32[]"},) * 2)),
     _SHAPE.format(f="sgd_update", opt='donate_argnames="params"'), arguments=("params", "grads"))
 
 # lesson 3: fixed_step(batch, params, opt_state) -> (params, opt_state, loss), batch {"x": f32[32,4], "y": f32[32]},
@@ -127,7 +142,8 @@ SGD_UPDATE = Answer(  # lesson 4: sgd_update(params, grads) on {"w", "b"} trees,
 _PARAMS3 = {"w": "float32[4]", "b": "float32[]"}
 FIXED_STEP = Answer(
     "l3-fixed-step", "fixed_step", "debugging",
-    (Call("n=32", ({"x": "float32[32,4]", "y": "float32[32]"}, _PARAMS3, {"m": _PARAMS3})),),
+    (Call("n=32", ({"x": "float32[32,4]", "y": "float32[32]"}, _PARAMS3, {"m": _PARAMS3})),
+     Call("n rows", ({"x": "float32[n,4]", "y": "float32[n]"}, _PARAMS3, {"m": _PARAMS3}))),
     "fixed_step must be made by jax.jit, for example `fixed_step = jax.jit(step_fn, donate_argnames=(...))`: the "
     "grader reads the program a jax.jit function lowers to", arguments=("batch", "params", "opt_state"))
 

@@ -55,6 +55,7 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     is_symbolic,
     SYMBOLIC,
     parse_spec,
+    sized,
     signature_key,
 )
 from .screen import Refused, screen, screen_symbolic
@@ -468,24 +469,28 @@ def cap_example(p: Programs) -> str:
 
 
 def cap_values(p: Programs) -> str:
-    loaded = p.get(8)
-    x, y, w, b = _data(21)
-    mw, mb, count = w * 0.0, b * 0.0, 0
-    state, xd, yd = _state(w, b, mw, mb, 0), device(x), device(y)
-    for step in range(3):
-        out = _step(loaded, state, xd, yd)
-        w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, LR, BETA)
-        count += 1
-        expected = dict(zip(OUTPUTS, (b, w, count, mb, mw, loss), strict=False))
-        for name, value in expected.items():
-            got = host(out[name])
-            if not close(got, value):
-                fail(f"after step {step + 1}, {name.replace('result[0]', 'params').replace('result[1]', 'opt_state')} "
-                     f"is {got.tolist()}, expected {np.asarray(value, 'float64').round(5).tolist()}.")
-        state = _flat(out)
-    if host(out["result[1]['count']"]).dtype != np.int32:
-        fail("opt_state['count'] does not stay int32.")
-    return "three chained steps of its program match the reference."
+    (rows, _) = drawn_lengths(_rng(25))  # a batch of rows the grader picked, on its program for every batch size
+    for seed, signature, n in ((21, 8, 8), (25, SYMBOLIC, rows)):
+        loaded = p.get(signature, None if signature == 8 else n)
+        x, y, w, b = _data(seed, n)
+        mw, mb, count = w * 0.0, b * 0.0, 0
+        state, xd, yd = _state(w, b, mw, mb, 0), device(x), device(y)
+        said = "" if signature == 8 else f" on a batch of {n} rows (a size the grader picked)"
+        for step in range(3):
+            out = _step(loaded, state, xd, yd)
+            w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, LR, BETA)
+            count += 1
+            expected = dict(zip(OUTPUTS, (b, w, count, mb, mw, loss), strict=False))
+            for name, value in expected.items():
+                got = host(out[name])
+                if not close(got, value):
+                    fail(f"after step {step + 1}{said}, "
+                         f"{name.replace('result[0]', 'params').replace('result[1]', 'opt_state')} is "
+                         f"{got.tolist()}, expected {np.asarray(value, 'float64').round(5).tolist()}.")
+            state = _flat(out)
+        if host(out["result[1]['count']"]).dtype != np.int32:
+            fail("opt_state['count'] does not stay int32.")
+    return "three chained steps of its program match the reference, on batches of 8 rows and of a size it picked."
 
 
 def cap_deleted(p: Programs) -> str:
@@ -550,17 +555,21 @@ def judge_calls(p: Programs, reference, donated: set, seed: int) -> str:
     program, deleted by the run and lend their buffers to outputs; the others are kept."""
     answer = p.answer
     rng = _rng(seed)
-    for signature in answer.signatures:
-        loaded = p.get(signature)
+    calls = [(signature, length) for signature in answer.signatures
+             for length in (drawn_lengths(rng)[:1] if is_symbolic(signature) else [None])]
+    for signature, length in calls:  # a symbolic call (a length n) at a length the referee drew
+        loaded = p.get(signature, length)
         program, kept, executable = loaded
-        flat = flat_specs(signature, answer.arguments)
+        flat = [(path, spec if length is None else sized(spec, length))
+                for path, spec in flat_specs(signature, answer.arguments)]
         values = []
         for _path, spec in flat:
             dtype, shape = parse_spec(spec)
             values.append(rng.standard_normal(shape).astype(dtype))
         arrays = [device(v) for v in values]
         pointers = [a.unsafe_buffer_pointer() for a in arrays]
-        where = f"for {answer.function}({signature.key})"
+        where = f"for {answer.function}({signature.key})" if length is None else \
+            f"for {answer.function}({signature.key}) at n={length}, a length the grader picked,"
         flags = [i in kept and program.donated[kept.index(i)] for i in range(len(flat))]
         wanted = [_root(path) in donated for path, _ in flat]
         if flags != wanted:
@@ -617,9 +626,9 @@ L3_STATE = ("params['b']", "params['w']", "opt_state['m']['b']", "opt_state['m']
 L3_OUTPUTS = ("result[0]['b']", "result[0]['w']", "result[1]['m']['b']", "result[1]['m']['w']", "result[2]")
 
 
-def _l3_batch(rng):
-    x = rng.standard_normal((32, 4), dtype=np.float32)
-    y = rng.standard_normal((32,), dtype=np.float32)
+def _l3_batch(rng, rows: int = 32):
+    x = rng.standard_normal((rows, 4), dtype=np.float32)
+    y = rng.standard_normal((rows,), dtype=np.float32)
     return [device(x), device(y)], (x, y)
 
 
@@ -682,18 +691,21 @@ def l3_example(p: Programs) -> str:
 
 
 def l3_values(p: Programs) -> str:
-    loaded = p.get(FIXED_STEP.signatures[0])
     rng = _rng(32)
-    state, (w, b, mw, mb) = _l3_state(rng)
-    for number in range(1, 4):
-        batch, (x, y) = _l3_batch(rng)
-        out = _l3_step(loaded, batch, state)
-        w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, L3_LR, L3_BETA)
-        _l3_values(out, (w, b, mw, mb, loss), f"after step {number}")
-        for name, leaf, values in zip(L3_BATCH, batch, (x, y), strict=True):
-            if leaf.is_deleted() or not close(host(leaf), values):
-                fail(f"{name} was deleted or changed by step {number} of its program.")
-        state = [out[n] for n in L3_OUTPUTS[:4]]
+    (rows, _) = drawn_lengths(rng)  # a batch size the grader picked, on its program for every batch size
+    for signature, n in ((FIXED_STEP.signatures[0], 32), (FIXED_STEP.signatures[1], rows)):
+        loaded = p.get(signature, None if n == 32 else n)
+        said = "" if n == 32 else f" on batches of {n} rows (a size the grader picked)"
+        state, (w, b, mw, mb) = _l3_state(rng)
+        for number in range(1, 4):
+            batch, (x, y) = _l3_batch(rng, n)
+            out = _l3_step(loaded, batch, state)
+            w, b, mw, mb, loss = momentum_reference(w, b, mw, mb, x, y, L3_LR, L3_BETA)
+            _l3_values(out, (w, b, mw, mb, loss), f"after step {number}{said}")
+            for name, leaf, values in zip(L3_BATCH, batch, (x, y), strict=True):
+                if leaf.is_deleted() or not close(host(leaf), values):
+                    fail(f"{name} was deleted or changed by step {number}{said} of its program.")
+            state = [out[k] for k in L3_OUTPUTS[:4]]
     _l3_batch_request(p)
     return ("three chained steps of its program on fresh batches give the expected values and keep each batch, "
             "and no batch is asked to donate.")
