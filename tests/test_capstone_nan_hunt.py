@@ -92,6 +92,52 @@ def test_honest_hunts_pass(hunt, capsys):
     assert "\u2714 capstone NaN hunt: JAX's own message named the operation" in capsys.readouterr().out
 
 
+def _printing_step(params, opt_state, x, y):  # the corpus's cap-debug-print: x[0, 0] is read first, by a slice
+    jax.debug.print("loss at {x}", x=x[0, 0])
+    return _step(params, opt_state, x, y)
+
+
+_jit_loss = jax.jit(loss_fn)
+
+
+def _nested_step(params, opt_state, x, y):  # a jit inside the step, and a custom_jvp function (jax.nn.relu)
+    loss, grads = jax.value_and_grad(lambda p: _jit_loss(p, x, y) + 0 * jax.nn.relu(p["b"]))(params)
+    m = jax.tree.map(lambda m, g: BETA * m + g, opt_state["m"], grads)
+    return jax.tree.map(lambda p, m: p - LR * m, params, m), {"m": m, "count": opt_state["count"] + 1}, loss
+
+
+@pytest.mark.parametrize("step", [_printing_step, _nested_step], ids=lambda f: f.__name__)
+def test_a_step_whose_first_nan_is_elsewhere_is_judged_on_what_jax_says_of_it(step, capsys):
+    """The message expected is what JAX says of the learner's own step (the printing step: 'dynamic_slice' for the
+    NaN in x), worked out from the program train_step traces to."""
+    donating = jax.jit(step, donate_argnames=("params", "opt_state"))
+    debug = jax.jit(step)
+
+    def hunt_nans(params, opt_state, x, y):
+        with jax.debug_nans(True):
+            try:
+                debug(params, opt_state, x, y)
+            except FloatingPointError as exc:
+                return str(exc)
+        return None
+
+    capstone.check_nan_hunt(donating, hunt_nans)
+    assert "\u2714 capstone NaN hunt" in capsys.readouterr().out
+    if step is _printing_step:
+        with pytest.raises(HiddenCheckFailed, match="reports 'invalid value \\(nan\\) encountered in dynamic_slice'"):
+            capstone.check_nan_hunt(donating, _forged("invalid value (nan) encountered in dot_general"))
+
+
+def test_what_jax_says_is_read_from_the_program_jit_runs_not_from_attributes():
+    """A train_step whose __wrapped__ names another function: the expected messages still come from the program
+    train_step traces to, so a constant made to match the other function fails."""
+    lying = jax.jit(_step, donate_argnames=("params", "opt_state"))
+    lying.__wrapped__ = lambda params, opt_state, x, y: jnp.concatenate([x.ravel(), y])
+    with pytest.raises(HiddenCheckFailed):
+        capstone.check_nan_hunt(lying, _forged("invalid value (nan) encountered in concatenate"))
+    capstone.check_nan_hunt(lying, source_recipe)
+
+
 def _forged(answer):
     def hunt_nans(params, opt_state, x, y):
         if not (jnp.isfinite(x).all() and jnp.isfinite(y).all()):

@@ -24,12 +24,17 @@ learner code runs (grading/referee/); a point needs both passes.
 Every check takes those it uses, in the order train_step, init_opt_state,
 hunt_nans, then its options.
 """
+import builtins
+
+import jax
+
 from donation_course.hidden.handover import hand_over
 from donation_course.hidden.safe import (  # the builtins among these shadow the live ones on purpose
     AssertionError,
     Exception,
     HiddenCheckFailed,
     IndexError,
+    JitFunction,
     KeyError,
     StringIO,
     TypeError,
@@ -251,22 +256,57 @@ def check_untied(train_step, init_opt_state) -> str:
     return "every leaf of init_opt_state(params) owns its buffer, and a donating step accepts it."
 
 
-# The batches of the NaN hunt: in each, the step's first NaN comes out of another operation (loss_fn, the setup
-# cell: x @ params["w"] reads the NaN in x, `... - y` the one in y), and hunt_nans must return what JAX's
-# debug_nans says of it, which names that operation (JAX 0.12: "invalid value (nan) encountered in <primitive>").
-# A message that is a constant names one operation at most, so it cannot pass both.
+# The batches of the NaN hunt: in each, the source's step first makes a NaN in another operation (loss_fn, the
+# setup cell: x @ params["w"] reads the NaN in x, `... - y` the one in y). hunt_nans must return what JAX's
+# debug_nans says of the learner's own step on each, which names the operation whose result was the first NaN
+# (JAX 0.12: "invalid value (nan) encountered in <primitive>"): the check asks JAX itself, running a jit of the
+# function train_step wraps, which donates nothing, under debug_nans (as the learner's hunt does). That function
+# is trusted only if it traces to the program train_step traces to (make_jaxpr: what jax.jit runs, whatever its
+# attributes say); else the source's step's messages are expected. A constant names one operation at most.
 NAN_OPS = ("dot_general", "sub")
 NAN_MESSAGE = "invalid value (nan) encountered in {}"
+_jit, _make_jaxpr, _debug_nans_on = jax.jit, jax.make_jaxpr, jax.debug_nans
+_FloatingPointError, _zip = builtins.FloatingPointError, builtins.zip  # captured at kernel start, as safe.py's are
 
 
 def _nan_batch(op, x, y):
-    """x and y (NumPy copies) with a NaN where `op` is the first operation of the step to read it."""
+    """x and y (NumPy copies) with a NaN where `op` is the first operation of the source's step to read it."""
     x, y = x.copy(), y.copy()
     if op == "dot_general":
         x[0, 0] = float("nan")
     else:
         y[3] = float("nan")
     return x, y
+
+
+def _outline(closed) -> list:
+    """A program's operations in order, each with its results' types."""
+    return [(eqn.primitive.name, [str(var.aval) for var in eqn.outvars]) for eqn in closed.jaxpr.eqns]
+
+
+def _jax_says(train_step, stdout, args) -> str | None:
+    """What JAX's debug_nans says of train_step's first NaN on args (params, opt_state, x, y), from a jit of the
+    function it wraps that donates nothing; None if that cannot be worked out (train_step not a jax.jit function,
+    its __wrapped__ not what it runs, no NaN, another error, or no message of JAX's form)."""
+    fun = getattr(train_step, "__wrapped__", None)
+    if type(train_step) is not JitFunction or not callable(fun):
+        return None
+    try:
+        with redirect_stdout(stdout):
+            top = _make_jaxpr(train_step)(*args).jaxpr.eqns
+            if len(top) != 1 or "jaxpr" not in top[0].params \
+                    or _outline(top[0].params["jaxpr"]) != _outline(_make_jaxpr(fun)(*args)):
+                return None
+            with _debug_nans_on(True):
+                block_until_ready(_jit(fun)(*args))
+    except _FloatingPointError as exc:
+        message = str(exc)
+        return message if message.startswith(NAN_MESSAGE.format("")) else None
+    except Exception:
+        return None
+    finally:
+        config_update("jax_debug_nans", False)
+    return None
 
 
 def _hunt(hunt_nans, stdout, *args):
@@ -289,19 +329,20 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
     x, y, w, b = _data(15)
     block_until_ready(_step(train_step, *_fresh_state(w, b), device(x), device(y)))
     stdout = StringIO()
-    for op in NAN_OPS:
-        bad_x, bad_y = _nan_batch(op, x, y)
+    batches = [_nan_batch(op, x, y) for op in NAN_OPS]
+    said = [_jax_says(train_step, stdout, (*_fresh_state(w, b), device(bx), device(by))) for bx, by in batches]
+    if None in said:  # not worked out (a step that cannot be traced so, or no NaN): the source's step's messages
+        said = [NAN_MESSAGE.format(op) for op in NAN_OPS]
+    for (bad_x, bad_y), expected, where in _zip(batches, said, ("x", "y"), strict=True):
         params, opt = _fresh_state(w, b)
         message = _hunt(hunt_nans, stdout, params, opt, device(bad_x), device(bad_y))
         if debug_nans():
             config_update("jax_debug_nans", False)
             fail("jax_debug_nans is still on after hunt_nans.", "use `with jax.debug_nans(True):`.")
-        expected = NAN_MESSAGE.format(op)
-        others = [NAN_MESSAGE.format(other) for other in NAN_OPS if other != op]
-        if not (isinstance(message, str) and expected in message and not any(o in message for o in others)):
-            where = "x" if op == "dot_general" else "y"
-            fail(f"on a batch with a NaN in {where}, JAX's debug_nans reports {expected!r} (the first operation "
-                 f"whose result is NaN), but hunt_nans returned {message!r}.",
+        if not (isinstance(message, str) and expected in message
+                and not any(other in message for other in said if other != expected)):
+            fail(f"on a batch with a NaN in {where}, JAX's debug_nans reports {expected!r} for your train_step "
+                 f"(the first operation whose result is NaN), but hunt_nans returned {message!r}.",
                  "return str(exc) of the FloatingPointError that the step raises under `jax.debug_nans(True)`.")
         if [leaf for leaf in tree_leaves((params, opt)) if leaf.is_deleted()]:
             fail("hunt_nans donated params or opt_state: they cannot be used for the next step.",
