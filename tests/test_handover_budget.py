@@ -252,6 +252,7 @@ def test_an_honest_notebook_hands_over_through_a_real_kernel_as_the_checks_make_
     assert got.suspicious == [] and got.handovers["exercise"]["checks"] == {"worked example": 0, "values": 0}
 
 
+@pytest.mark.slow  # 80 MB through a kernel, twice (the honest real-kernel test above stays everyday)
 @pytest.mark.parametrize("where", ["answer cell", "inside the check"])
 def test_80_mb_of_learner_records_through_a_real_kernel_leave_a_small_flagged_notebook(tmp_path, where):
     cells = [HONEST, JUNK_CELL] if where == "answer cell" else [INSIDE]
