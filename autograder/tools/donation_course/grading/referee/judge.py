@@ -73,19 +73,19 @@ def _rng(purpose: int) -> np.random.Generator:
     return np.random.default_rng([_SECRET, purpose])
 
 
-# The lengths a symbolic signature (asks.SYMBOLIC) is run at: drawn per answer, none of them a length the kernel
-# is lowered at, and small enough that a wrong element is reported by its index.
-PUBLIC_LENGTHS = frozenset(n for _, n in EXERCISE.signatures if isinstance(n, int))
-DRAWN_LENGTHS, MAX_DRAWN_LENGTH = 2, 5000
+# The length a symbolic signature (asks.SYMBOLIC) is run at: drawn per check, never a length any answer is lowered
+# at (the lessons' and the capstone's are under MIN_DRAWN_LENGTH; lesson 3's batch is 32), and small enough that a
+# wrong element is reported by its index. One per signature: each costs a compilation (about 30 ms on a quiet
+# machine), and one length no list can hold in advance is enough.
+PUBLIC_LENGTHS = frozenset(n for _, n in EXERCISE.signatures if isinstance(n, int)) | {32}
+MIN_DRAWN_LENGTH, MAX_DRAWN_LENGTH = 17, 5000
 
 
-def drawn_lengths(rng: np.random.Generator) -> list:
-    lengths = []
-    while len(lengths) < DRAWN_LENGTHS:
-        n = int(rng.integers(3, MAX_DRAWN_LENGTH))
-        if n not in PUBLIC_LENGTHS and n not in lengths:
-            lengths.append(n)
-    return lengths
+def drawn_length(rng: np.random.Generator) -> int:
+    while True:
+        n = int(rng.integers(MIN_DRAWN_LENGTH, MAX_DRAWN_LENGTH))
+        if n not in PUBLIC_LENGTHS:
+            return n
 
 
 class _Fail(Exception):
@@ -295,7 +295,7 @@ def _exercise_cases():
     rng = _rng(20261127)
     for signature in EXERCISE.signatures:
         dtype, n = signature
-        for length in drawn_lengths(rng) if is_symbolic(signature) else [None]:
+        for length in [drawn_length(rng) if is_symbolic(signature) else None]:
             size = n if length is None else length
             label = signature_key(EXERCISE, signature) if length is None else \
                 f"{dtype}[{length}] (a length the grader picked)"
@@ -378,7 +378,7 @@ def ex_real_donation(p: Programs) -> str:
 
 def ex_training_loop(p: Programs, steps: int = 50) -> str:
     rng = _rng(3)
-    (n, _) = drawn_lengths(rng)  # its program for every length, run at one the grader picked
+    n = drawn_length(rng)  # its program for every length, run at one the grader picked
     loaded = p.get(("float32", SYMBOLIC), n)
     delta_np = rng.standard_normal(n, dtype=np.float32)
     delta = device(delta_np)
@@ -469,7 +469,7 @@ def cap_example(p: Programs) -> str:
 
 
 def cap_values(p: Programs) -> str:
-    (rows, _) = drawn_lengths(_rng(25))  # a batch of rows the grader picked, on its program for every batch size
+    rows = drawn_length(_rng(25))  # a batch of rows the grader picked, on its program for every batch size
     for seed, signature, n in ((21, 8, 8), (25, SYMBOLIC, rows)):
         loaded = p.get(signature, None if signature == 8 else n)
         x, y, w, b = _data(seed, n)
@@ -556,7 +556,7 @@ def judge_calls(p: Programs, reference, donated: set, seed: int) -> str:
     answer = p.answer
     rng = _rng(seed)
     calls = [(signature, length) for signature in answer.signatures
-             for length in (drawn_lengths(rng)[:1] if is_symbolic(signature) else [None])]
+             for length in [drawn_length(rng) if is_symbolic(signature) else None]]
     for signature, length in calls:  # a symbolic call (a length n) at a length the referee drew
         loaded = p.get(signature, length)
         program, kept, executable = loaded
@@ -692,7 +692,7 @@ def l3_example(p: Programs) -> str:
 
 def l3_values(p: Programs) -> str:
     rng = _rng(32)
-    (rows, _) = drawn_lengths(rng)  # a batch size the grader picked, on its program for every batch size
+    rows = drawn_length(rng)  # a batch size the grader picked, on its program for every batch size
     for signature, n in ((FIXED_STEP.signatures[0], 32), (FIXED_STEP.signatures[1], rows)):
         loaded = p.get(signature, None if n == 32 else n)
         said = "" if n == 32 else f" on batches of {n} rows (a size the grader picked)"
