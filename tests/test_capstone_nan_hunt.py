@@ -125,7 +125,7 @@ def test_a_step_whose_first_nan_is_elsewhere_is_judged_on_what_jax_says_of_it(st
     assert "\u2714 capstone NaN hunt" in capsys.readouterr().out
     if step is _printing_step:
         with pytest.raises(HiddenCheckFailed, match="reports 'invalid value \\(nan\\) encountered in dynamic_slice'"):
-            capstone.check_nan_hunt(donating, _forged("invalid value (nan) encountered in dot_general"))
+            capstone.check_nan_hunt(donating, _forged("invalid value (nan) encountered in sub"))
 
 
 def test_what_jax_says_is_read_from_the_program_jit_runs_not_from_attributes():

@@ -284,10 +284,10 @@ def _outline(closed) -> list:
     return [(eqn.primitive.name, [str(var.aval) for var in eqn.outvars]) for eqn in closed.jaxpr.eqns]
 
 
-def _jax_says(train_step, stdout, args) -> str | None:
-    """What JAX's debug_nans says of train_step's first NaN on args (params, opt_state, x, y), from a jit of the
-    function it wraps that donates nothing; None if that cannot be worked out (train_step not a jax.jit function,
-    its __wrapped__ not what it runs, no NaN, another error, or no message of JAX's form)."""
+def _reference(train_step, stdout, args):
+    """A jit of the function train_step wraps, donating nothing, if that function traces to the program train_step
+    traces to on args (params, opt_state, x, y); else None (train_step not a jax.jit function, or its __wrapped__
+    not what it runs)."""
     fun = getattr(train_step, "__wrapped__", None)
     if type(train_step) is not JitFunction or not callable(fun):
         return None
@@ -297,8 +297,17 @@ def _jax_says(train_step, stdout, args) -> str | None:
             if len(top) != 1 or "jaxpr" not in top[0].params \
                     or _outline(top[0].params["jaxpr"]) != _outline(_make_jaxpr(fun)(*args)):
                 return None
-            with _debug_nans_on(True):
-                block_until_ready(_jit(fun)(*args))
+    except Exception:
+        return None
+    return _jit(fun)
+
+
+def _jax_says(reference, stdout, args) -> str | None:
+    """What JAX's debug_nans says of the reference step's first NaN on args; None if it says nothing of JAX's form
+    (no NaN, another error)."""
+    try:
+        with redirect_stdout(stdout), _debug_nans_on(True):
+            block_until_ready(reference(*args))
     except _FloatingPointError as exc:
         message = str(exc)
         return message if message.startswith(NAN_MESSAGE.format("")) else None
@@ -307,6 +316,12 @@ def _jax_says(train_step, stdout, args) -> str | None:
     finally:
         config_update("jax_debug_nans", False)
     return None
+
+
+def _names(message, messages: list, i: int) -> bool:
+    """Whether `message` holds JAX's message for batch i and no other batch's (where the two differ)."""
+    return isinstance(message, str) and messages[i] in message and \
+        not any(other in message for other in messages if other != messages[i])
 
 
 def _hunt(hunt_nans, stdout, *args):
@@ -330,20 +345,24 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
     block_until_ready(_step(train_step, *_fresh_state(w, b), device(x), device(y)))
     stdout = StringIO()
     batches = [_nan_batch(op, x, y) for op in NAN_OPS]
-    said = [_jax_says(train_step, stdout, (*_fresh_state(w, b), device(bx), device(by))) for bx, by in batches]
-    if None in said:  # not worked out (a step that cannot be traced so, or no NaN): the source's step's messages
-        said = [NAN_MESSAGE.format(op) for op in NAN_OPS]
-    for (bad_x, bad_y), expected, where in _zip(batches, said, ("x", "y"), strict=True):
+    expected = [NAN_MESSAGE.format(op) for op in NAN_OPS]  # the source's step's
+    said = None  # what JAX says of the learner's own step: worked out only where a message is not the source's
+    for i, ((bad_x, bad_y), where) in enumerate(_zip(batches, ("x", "y"), strict=True)):
         params, opt = _fresh_state(w, b)
         message = _hunt(hunt_nans, stdout, params, opt, device(bad_x), device(bad_y))
         if debug_nans():
             config_update("jax_debug_nans", False)
             fail("jax_debug_nans is still on after hunt_nans.", "use `with jax.debug_nans(True):`.")
-        if not (isinstance(message, str) and expected in message
-                and not any(other in message for other in said if other != expected)):
-            fail(f"on a batch with a NaN in {where}, JAX's debug_nans reports {expected!r} for your train_step "
-                 f"(the first operation whose result is NaN), but hunt_nans returned {message!r}.",
-                 "return str(exc) of the FloatingPointError that the step raises under `jax.debug_nans(True)`.")
+        if not _names(message, expected, i):
+            if said is None:
+                reference = _reference(train_step, stdout, (*_fresh_state(w, b), device(x), device(y)))
+                said = [None] if reference is None else \
+                    [_jax_says(reference, stdout, (*_fresh_state(w, b), device(bx), device(by))) for bx, by in batches]
+                said = expected if None in said else said  # not worked out: the source's step's messages
+            if not _names(message, said, i):
+                fail(f"on a batch with a NaN in {where}, JAX's debug_nans reports {said[i]!r} for your train_step "
+                     f"(the first operation whose result is NaN), but hunt_nans returned {message!r}.",
+                     "return str(exc) of the FloatingPointError that the step raises under `jax.debug_nans(True)`.")
         if [leaf for leaf in tree_leaves((params, opt)) if leaf.is_deleted()]:
             fail("hunt_nans donated params or opt_state: they cannot be used for the next step.",
                  "hunt with a second jit of the step that donates nothing (lesson 5's recipe), not with train_step.")
