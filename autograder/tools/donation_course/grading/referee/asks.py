@@ -5,7 +5,9 @@ referee's judge both build on it).
 An answer is handed over as the programs its jax.jit function lowers to, one
 per signature below, each with its donation request (one flag per flat
 argument: what the function asked to donate, which JAX keeps in the program
-only where an output can take the buffer), or (VALUES answers) as values:
+only where an output can take the buffer; a signature with the length
+SYMBOLIC as the one program jax.export lowers for every length, run by the
+referee at lengths it draws), or (VALUES answers) as values:
 arrays as their dtype, shape and raw bytes, strings as text, never pickles.
 The referee judges the grade cells that call a function in CHECKS (a hidden
 check of lesson 3 or 7, or a hand-over of hidden/lessons.py in lessons 1, 2,
@@ -216,7 +218,8 @@ KERNEL_ONLY = {
     ("lesson", "l5-q1-check"): "y_in deleted, scale's cached program cleared and debug_nans off: state of the "
                                "kernel; the referee judges y_out's value",
     ("lesson", "l5-q2-check"): "how find_nan runs step (a new jax.jit, not op by op), that it leaves params "
-                               "undonated and debug_nans off; the referee judges what it returns",
+                               "undonated and debug_nans off; the referee judges what it returns on steps the "
+                               "grading kernel makes at grading time (NAN_OPS)",
 }
 
 
