@@ -227,7 +227,7 @@ def test_a_grading_kernel_reaches_nothing_but_its_own_copy(tmp_path, forked):
     cache.mkdir()
     (cache / "entry-cache").write_text("compiled by the instructor")
     code = f"""
-import os, socket
+import os, socket, sys
 def tryit(label, f):
     try:
         f(); print(label, "REACHED")
@@ -246,6 +246,9 @@ tryit("repo-source", lambda: os.listdir({str(ROOT / 'autograder' / 'source')!r})
 print("home", sorted(os.listdir("/root")) if os.path.isdir("/root") else [])
 tryit("network", lambda: socket.create_connection(("1.1.1.1", 53), timeout=3))
 tryit("overwrite", lambda: open(os.path.join(course, "gradebook.db"), "w").write("x"))
+# the sandbox's root tmpfs (no size cap) and the folders bwrap made on it: read-only, whoever the kernel runs as
+tryit("root-tmpfs", lambda: open("/planted", "w").write("x"))
+tryit("made-folder", lambda: open(os.path.join(os.path.dirname(sys.prefix), "planted"), "w").write("x"))
 print("own-file", open("mine.txt").read())
 open("mine.txt", "w").write("changed in the sandbox")
 print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0])
@@ -259,7 +262,7 @@ print("caps", *(status[k].strip() for k in caps), "nnp", status["NoNewPrivs"].st
     # the instructor's home: at most the folder holding the interpreter the venv was made from
     assert "home []" in out or "home ['.pyenv']" in out, out
     for label in ("gradebook", "classmate", "course-source", "repo-source", "network", "overwrite",
-                  "cache-overwrite", "cache-plant"):
+                  "cache-overwrite", "cache-plant", "root-tmpfs", "made-folder"):
         assert f"{label} blocked" in out, out
     assert "cache-entry compiled by the instructor |" in out and "cache-min-time inf" in out, out
     assert [p.name for p in cache.iterdir()] == ["entry-cache"]

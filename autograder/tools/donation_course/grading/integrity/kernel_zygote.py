@@ -37,7 +37,8 @@ import signal
 import socket
 import sys
 
-NAMESPACES = ("user", "cgroup", "ipc", "uts", "net", "pid", "mnt")  # the user namespace first: it grants the rest
+NAMESPACES = ("user", "cgroup", "ipc", "uts", "net", "pid", "mnt")
+NS_GET_USERNS = 0xB701  # ioctl on a namespace: the user namespace that owns it
 MAX_FDS = 8
 READY = b"ready\n"
 
@@ -53,7 +54,26 @@ def _die_with_parent() -> None:
 
 
 def _join(pid: int) -> None:
-    """Join every namespace of process `pid` that this process is not already in."""
+    """Join every namespace of process `pid` that this process is not already in.
+
+    As root, bwrap makes no user namespace: the others are joined as they are. Otherwise bwrap makes two, one
+    inside the other: the outer one owns the sandbox's other namespaces (bwrap set them up in it), the inner
+    one maps the grader's uid back for the sandboxed command. So the outer one is joined first (the owner of
+    the mount namespace: NS_GET_USERNS), then the other namespaces, then the sandbox's own user namespace."""
+    import fcntl
+
+    def inode(fd: int) -> int:
+        return os.fstat(fd).st_ino
+
+    # read first: once in the sandbox's mount namespace, /proc is the sandbox's, where this process is not
+    ours = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES
+            if os.path.exists(f"/proc/self/ns/{name}")}
+
+    def join(fd: int, name: str) -> None:
+        if inode(fd) != ours.get(name):
+            os.setns(fd, 0)
+            ours[name] = inode(fd)
+
     fds = {}
     try:
         for name in NAMESPACES:
@@ -61,9 +81,15 @@ def _join(pid: int) -> None:
                 fds[name] = os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 continue  # a kernel without cgroup namespaces
+        owner = fcntl.ioctl(fds["mnt"], NS_GET_USERNS)
+        try:
+            join(owner, "user")
+        finally:
+            os.close(owner)
         for name, fd in fds.items():
-            if os.fstat(fd).st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
-                os.setns(fd, 0)
+            if name != "user":
+                join(fd, name)
+        join(fds["user"], "user")
     finally:
         for fd in fds.values():
             os.close(fd)

@@ -167,7 +167,9 @@ def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=(), fonts: str 
              "--ro-bind", f"{runtime}/connection.json", f"{runtime}/connection.json", "--chdir", cwd, "--clearenv"]
     if fonts:
         argv += ["--perms", "1777", "--dir", MPL_DIR, "--ro-bind", fonts, f"{MPL_DIR}/{Path(fonts).name}"]
-    return argv
+    # the root tmpfs read-only once everything is mounted on it: its folders (bwrap made them) belong to the
+    # kernel's uid when the grader is not root, and it has no size cap (the capped tmpfs are mounts of their own)
+    return argv + ["--remount-ro", "/"]
 
 
 def link_sockets(connection: dict, sandbox_pid: int) -> None:
