@@ -284,7 +284,7 @@ def _outline(closed) -> list:
     return [(eqn.primitive.name, [str(var.aval) for var in eqn.outvars]) for eqn in closed.jaxpr.eqns]
 
 
-def _reference(train_step, stdout, args):
+def _reference_step(train_step, stdout, args):
     """A jit of the function train_step wraps, donating nothing, if that function traces to the program train_step
     traces to on args (params, opt_state, x, y); else None (train_step not a jax.jit function, or its __wrapped__
     not what it runs)."""
@@ -355,7 +355,7 @@ def check_nan_hunt(train_step, hunt_nans) -> str:
             fail("jax_debug_nans is still on after hunt_nans.", "use `with jax.debug_nans(True):`.")
         if not _names(message, expected, i):
             if said is None:
-                reference = _reference(train_step, stdout, (*_fresh_state(w, b), device(x), device(y)))
+                reference = _reference_step(train_step, stdout, (*_fresh_state(w, b), device(x), device(y)))
                 said = [None] if reference is None else \
                     [_jax_says(reference, stdout, (*_fresh_state(w, b), device(bx), device(by))) for bx, by in batches]
                 said = expected if None in said else said  # not worked out: the source's step's messages
