@@ -109,7 +109,8 @@ def kernels_of(cluster: Cluster, name: str) -> list[psutil.Process]:
         tree = psutil.Process(cluster.procs[name].pid).children(recursive=True)
     except psutil.Error:
         return []
-    return [p for p in tree if any(k in " ".join(_cmdline(p)) for k in ("grading.integrity.audit", "ipykernel"))]
+    return [p for p in tree if _name(p) == "dl-kernel"  # forked from the kernel zygote (kernel_zygote.py)
+            or any(k in " ".join(_cmdline(p)) for k in ("grading.integrity.audit", "ipykernel"))]
 
 
 def zygotes_of(cluster: Cluster, name: str) -> list[psutil.Process]:

@@ -53,6 +53,14 @@ def _die_with_parent() -> None:
     _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
+def _name(name: bytes) -> None:
+    """What ps and top show for this process (PR_SET_NAME; its command line stays the zygote's): dl-kzygote,
+    dl-kjoin (the child that joins a sandbox), dl-kernel."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)
+
+
 def _join(pid: int) -> None:
     """Join every namespace of process `pid` that this process is not already in.
 
@@ -121,6 +129,7 @@ def _kernel(request: dict, fds: list) -> None:
 
     os.setsid()
     _die_with_parent()
+    _name(b"dl-kernel")
     stdin, stdout, stderr, *audit_fds = fds
     for fd, std in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, std)
@@ -177,6 +186,7 @@ def _child(conn: socket.socket, request: dict, fds: list) -> None:
     status = 1
     try:
         _die_with_parent()
+        _name(b"dl-kjoin")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _join(int(request["sandbox_pid"]))
         kernel = os.fork()
@@ -230,6 +240,7 @@ def serve(path: str) -> None:
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")
     _die_with_parent()
+    _name(b"dl-kzygote")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
