@@ -108,14 +108,46 @@ def test_an_answer_right_in_the_program_for_every_length_and_wrong_at_a_concrete
     assert out.count("\u2714 values:") == 1 and out.count("\u2714 training loop:") == 1
 
 
-def test_the_kernel_draws_its_lengths_and_values_at_grading_time():
+def test_the_kernel_draws_its_length_and_values_from_the_courses_secret(monkeypatch):
+    """With the course's secret (what the grader sets): the same length and values at every grading of the
+    course, none of the public lengths; without it (a learner's own run, serial nbgrader): from the system."""
     from donation_course.hidden import exercise
 
-    drawn = [tuple(label for label, _, _ in exercise._cases() if "drawn at grading time" in label) for _ in range(4)]
-    assert all(len(labels) == 3 for labels in drawn)
-    assert len(set(drawn)) > 1, drawn  # not the same lengths every time
-    small = [list(exercise._cases())[1][1] for _ in range(2)]  # float32[2]'s state
-    assert not np.array_equal(*small)
+    def drawn():
+        cases = list(exercise._cases())
+        return [label for label, _, _ in cases if "drawn at grading time" in label], cases[1][1]
+
+    monkeypatch.delenv(exercise.DRAW_SEED_ENV, raising=False)
+    unseeded = [drawn() for _ in range(4)]
+    assert all(len(labels) == 1 for labels, _ in unseeded)
+    assert len({labels[0] for labels, _ in unseeded}) > 1, unseeded  # not the same length every time
+    assert not np.array_equal(unseeded[0][1], unseeded[1][1])
+    lengths = set()
+    for secret in ("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"):
+        monkeypatch.setenv(exercise.DRAW_SEED_ENV, secret)
+        (first, small), (again, small_again) = drawn(), drawn()
+        assert first == again and np.array_equal(small, small_again)
+        n = int(first[0].split()[1])
+        assert exercise.DRAWN_MIN <= n <= exercise.DRAWN_MAX and n not in (0, 2, 13, 1000, 1 << 20)
+        lengths.add(n)
+    assert len(lengths) == 2  # two courses, two lengths
+
+
+def test_a_course_keeps_one_secret_and_a_copy_of_it_shares_it(tmp_path):
+    import shutil
+
+    from donation_course.course import Course
+    from donation_course.grading.run.prepare import DRAW_SECRET, draw_secret
+
+    from helpers import make_course
+
+    course = Course(make_course(tmp_path / "course"))
+    secret = draw_secret(course)
+    assert len(secret) == 32 and draw_secret(course) == secret
+    assert oct((course.grading_dir / DRAW_SECRET).stat().st_mode & 0o777) == "0o600"
+    copy = Course(shutil.copytree(course.root, tmp_path / "copy"))
+    assert draw_secret(copy) == secret
+    assert draw_secret(Course(make_course(tmp_path / "other"))) != secret
 
 
 def test_the_referees_values_and_lengths_come_from_a_secret_drawn_per_process():

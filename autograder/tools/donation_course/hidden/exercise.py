@@ -19,6 +19,7 @@ np.testing.assert_allclose, jnp.allclose, builtins such as len/isinstance/
 abs/all, ...), and the checks only ever call the captured references and
 ndarray methods, never a name looked up in the learner's namespace.
 """
+from os import environ as _environ
 from os import urandom as _urandom
 
 from donation_course.hidden.handover import hand_over
@@ -95,19 +96,26 @@ def _large(rng):
     return values
 
 
-# Lengths drawn at grading time, as the referee draws its own (grading/referee/judge.py): an answer right only at
+# A length drawn at grading time, as the referee draws its own (grading/referee/judge.py): an answer right only at
 # the lengths the course names (0, 2, 1 << 20, 1000, 13) fails here as it fails there, so the two verdicts agree
-# for it and it is not flagged, only wrong. Four more compilations (one per dtype, and the loop's).
+# for it and it is not flagged, only wrong. One length, float32, for the values and the loop (the loop's calls then
+# reuse the values check's compiled program): one compilation more than the public lengths alone.
 DRAWN_MIN, DRAWN_MAX = 17, 5000
+DRAW_SEED_ENV = "DONATION_LAB_DRAW_SEED"  # the course's secret (grading/run/prepare.py draw_secret), set by the grader
 
 
-def _drawn_length(rng) -> int:
+def _drawn():
+    """(n, rng): the drawn length, and a generator for the values, from the course's secret where the grader
+    sets it (the same at every grading of the course, so a regrade gives the same scores and messages; no
+    student sees it before their grades), else from the system (a learner's own run, serial nbgrader)."""
+    seed = _environ.get(DRAW_SEED_ENV, "")
+    rng = default_rng(int(seed, 16) if seed else int.from_bytes(_urandom(16), "little"))
     n = int(rng.integers(DRAWN_MIN, DRAWN_MAX))
-    return n + 1 if n == 1000 else n  # never a length the checks name
+    return (n + 1 if n == 1000 else n), rng  # never a length the checks name
 
 
 def _cases():
-    rng = default_rng(int.from_bytes(_urandom(16), "little"))  # values and lengths no answer can know in advance
+    n, rng = _drawn()  # values and a length no answer can know in advance
     normal = lambda n: rng.standard_normal(n, dtype=float32)  # noqa: E731
     yield "float32, 0 elements", zeros((0,), float32), zeros((0,), float32)
     yield f"float32, {SMALL} elements", normal(SMALL), normal(SMALL)
@@ -115,14 +123,7 @@ def _cases():
     yield "int32, 1000 elements", rng.integers(-1000, 1000, 1000, dtype=int32), \
         rng.integers(-1000, 1000, 1000, dtype=int32)
     yield "bfloat16, 13 elements", normal(13).astype(bfloat16), normal(13).astype(bfloat16)
-    for dtype in ("float32", "int32", "bfloat16"):
-        n = _drawn_length(rng)
-        label = f"{dtype}, {n} elements (a length drawn at grading time)"
-        if dtype == "int32":
-            yield label, rng.integers(-1000, 1000, n, dtype=int32), rng.integers(-1000, 1000, n, dtype=int32)
-        else:
-            kind = float32 if dtype == "float32" else bfloat16
-            yield label, normal(n).astype(kind), normal(n).astype(kind)
+    yield f"float32, {n} elements (a length drawn at grading time)", normal(n), normal(n)
 
 
 @check("worked example")
@@ -245,8 +246,7 @@ def check_real_donation(update_with_donate) -> str:
 def check_training_loop(update_with_donate, steps: int = 50) -> str:
     """`state = update_with_donate(state, delta)` in a loop does not grow live buffers."""
     hand_over("exercise", 'training loop', update_with_donate)  # to the referee, as data
-    rng = default_rng(int.from_bytes(_urandom(16), "little"))  # a length and values drawn at grading time
-    n = _drawn_length(rng)
+    n, rng = _drawn()  # the values check's drawn length: its compiled program is reused
     delta = device(rng.standard_normal(n, dtype=float32))
     state = device(zeros((n,), float32))
     first = _call(update_with_donate, state, delta)  # warm-up call (compile)

@@ -132,15 +132,17 @@ def main() -> None:
         if fonts:
             (scratch / "mpl").mkdir(exist_ok=True)
             shutil.copy(fonts, scratch / "mpl")
-        os.execve(sys.executable, _kernel(sys.executable, argv, audit), unsandboxed_env(str(scratch), cache=cache))
+        os.execve(sys.executable, _kernel(sys.executable, argv, audit),
+                  unsandboxed_env(str(scratch), cache=cache, draw_seed=settings.draw_seed))
     if os.getuid() == 0:  # the kernel (the sandbox uid) reads its connection file, makes its sockets
         os.chown(runtime / "connection.json", SANDBOX_UID, SANDBOX_UID)
         os.chown(runtime, SANDBOX_UID, SANDBOX_UID)
     cmd = bwrap_argv(cwd, str(runtime), settings.disk_bytes, extra_ro=[cache] if cache else [], fonts=fonts)
-    for key, value in fixed_env(home=cwd, cache=cache).items():
+    env = fixed_env(home=cwd, cache=cache, draw_seed=settings.draw_seed)
+    for key, value in env.items():
         cmd += ["--setenv", key, value]
     if settings.zygote:  # fork the kernel from the grading process's kernel zygote (kernel_zygote.py)
-        code = _run_forked(cmd, settings, cwd, argv, audit, fixed_env(home=cwd, cache=cache),
+        code = _run_forked(cmd, settings, cwd, argv, audit, env,
                            json.loads((runtime / "connection.json").read_text()))
         if code is not None:
             sys.exit(code)

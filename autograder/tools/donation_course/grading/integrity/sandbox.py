@@ -62,12 +62,12 @@ def _roots() -> list:
     return sorted(str(p) for p in paths)
 
 
-def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
+def fixed_env(home: str, cache: str = "", writable: bool = False, draw_seed: str = "") -> dict:
     """The grading kernel's environment, built from scratch: the same in any
     instructor shell (no JAX_*/XLA_FLAGS, PYTHONWARNINGS or locale of theirs).
     With `cache`, JAX reads compiled programs from that folder; it writes
     them there only if `writable` (compile_cache.py: only the instructor's
-    own notebooks run so)."""
+    own notebooks run so). `draw_seed`: the course's secret for what the hidden checks draw (prepare.draw_secret)."""
     venv_bin = str(Path(venv_python()).parent)
     env = {
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -82,6 +82,8 @@ def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
         # no process starts in a grading kernel: lesson 1's memory measurement runs in the kernel itself
         "DONATION_LAB_NO_PROCESSES": "1",
     }
+    if draw_seed:
+        env["DONATION_LAB_DRAW_SEED"] = draw_seed  # hidden/exercise.py's DRAW_SEED_ENV
     if cache:
         env.update(JAX_COMPILATION_CACHE_DIR=cache,
                    # JAX writes an entry only if compiling took at least this long
@@ -93,10 +95,10 @@ def fixed_env(home: str, cache: str = "", writable: bool = False) -> dict:
     return env
 
 
-def unsandboxed_env(scratch: str, cache: str = "", writable: bool = False) -> dict:
+def unsandboxed_env(scratch: str, cache: str = "", writable: bool = False, draw_seed: str = "") -> dict:
     """fixed_env for a kernel outside the sandbox: its home, IPython's,
     matplotlib's, Jupyter's and temporary files all in `scratch`."""
-    env = fixed_env(home=scratch, cache=cache, writable=writable)
+    env = fixed_env(home=scratch, cache=cache, writable=writable, draw_seed=draw_seed)
     env.update(IPYTHONDIR=os.path.join(scratch, "ipython"), MPLCONFIGDIR=os.path.join(scratch, "mpl"),
                JUPYTER_DATA_DIR=os.path.join(scratch, "jupyter"), TMPDIR=scratch)
     return env

@@ -46,6 +46,7 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     NAN_OPS,
     NAN_PICKED,
     SGD_UPDATE,
+    SYMBOLIC,
     TRAIN_STEP,
     VALUES,
     Y_OUT,
@@ -53,14 +54,12 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     flat_names,
     flat_specs,
     is_symbolic,
-    SYMBOLIC,
     parse_spec,
-    sized,
     signature_key,
+    sized,
 )
 from .screen import Refused, screen, screen_symbolic
 from .verdict import FAIL, PASS, UNJUDGED, Verdict
-
 
 # The referee's own data, drawn per process from the OS's randomness and never told to the grading kernel: no
 # program can embed its outputs for the values it is run on, nor tell the calls apart by them. A check that needs a

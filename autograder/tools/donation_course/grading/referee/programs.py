@@ -20,8 +20,8 @@ from jax._src.interpreters import mlir  # private: guarded by the canary
 from jax._src.lib import xla_client  # private: guarded by the canary
 from jax._src.lib.mlir import ir  # private: guarded by the canary
 
-__all__ = ["ir", "parse", "exported_text", "refine", "compile_program", "run", "alias_bytes", "memory_bytes", "kept_inputs", "set_cpu_devices",
-           "compile_sharded", "shardings", "put_sharded", "run_sharded"]
+__all__ = ["ir", "parse", "exported_text", "refine", "compile_program", "run", "alias_bytes", "memory_bytes",
+           "kept_inputs", "set_cpu_devices", "compile_sharded", "shardings", "put_sharded", "run_sharded"]
 
 
 def parse(text: str) -> tuple:

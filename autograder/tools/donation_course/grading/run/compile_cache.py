@@ -186,7 +186,10 @@ def run_notebooks(course: Course, cache: Path, stems: list) -> None:
         (specs / "fill" / "kernel.json").write_text(json.dumps({
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "fill", "language": "python"}))
-        env = unsandboxed_env(home, cache=str(cache), writable=True)
+        from .prepare import draw_secret
+
+        # the course's secret: the checks compile for the length grading draws (hidden/exercise.py)
+        env = unsandboxed_env(home, cache=str(cache), writable=True, draw_seed=draw_secret(course))
         for path in notebooks_with_hidden_tests(course):
             if path.stem not in stems:
                 continue

@@ -100,6 +100,26 @@ def ensure_assignment(course: Course, state: State, log: Path) -> None:
         student.hash = ""                     # each review still belongs to the answers it was made on
 
 
+DRAW_SECRET = "draw-secret"
+
+
+def draw_secret(course: Course) -> str:
+    """The course's secret for the length and values the hidden checks draw at grading time (hidden/exercise.py's
+    DRAW_SEED_ENV): made once, kept in COURSE/.grading (never in a release or the repository), so every grading
+    of the course, on this machine or a cluster, draws the same ones, and no student knows them in advance."""
+    import secrets
+
+    path = course.grading_dir / DRAW_SECRET
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(16))
+    return path.read_text().strip()
+
+
 def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True,
             notebooks: Iterable[str] | None = None, phases: dict | None = None) -> State:
     """Read the state file (or start afresh), generate the assignment if its
@@ -110,6 +130,7 @@ def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache
     generating (generate_assignment) and the wait for the fill after it
     (compile_cache)."""
     phases = {} if phases is None else phases
+    draw_secret(course)  # made with the course's first preparation, so copies of a prepared course share it
     path = course.state_file
     state = load_state(path, say)
     filling = start(course, course.compile_cache, cache_digest(course), notebooks) if compile_cache else None

@@ -122,11 +122,11 @@ class GradingSettings(Configurable):
         """`out`, else the course's grading folder (Course.grading_dir)."""
         return (Path(self.out) if self.out else course.grading_dir).resolve()
 
-    def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=()) -> KernelSettings:
+    def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=(), draw_seed: str = "") -> KernelSettings:
         return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,
                               max_file_bytes=self.max_file_mb << 20, disk_bytes=self.disk_mb << 20,
                               sandbox=self.sandbox, audit=self.audit, compile_cache=compile_cache,
-                              fork=self.fork_kernels,
+                              fork=self.fork_kernels, draw_seed=draw_seed,
                               trusted_cells=tuple(trusted_cells), allowed_modules=tuple(allowed_modules))
 
 
@@ -145,6 +145,7 @@ class KernelSettings:
     allowed_modules: tuple = ()  # what learner code may import (scan_policy.ALLOWED_MODULES)
     fork: bool = True             # sandboxed kernels forked from the grading process's kernel zygote
     zygote: str = ""              # that zygote's socket, once the grading process has started it
+    draw_seed: str = ""           # the course's secret for what the hidden checks draw (prepare.draw_secret)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -34,7 +34,7 @@ from ..results.result import NEEDS_YOU, Status, StudentResult
 from ..results.reviews import answer_digest
 from ..submissions.collect import collect, notebook_problem, stage
 from .deadlines import penalty_plugin, read_extensions
-from .prepare import digest_files, prepare
+from .prepare import digest_files, draw_secret, prepare
 from .progress import NoProgress, progress_bar
 from .settings import GradingSettings
 from .state import StudentState, run_lock, save_state, write_atomic
@@ -275,7 +275,8 @@ class Run:
                 # Unsandboxed kernels could write to the course's cache (JAX is
                 # only told not to): they get this run's copy of it.
                 cache = shutil.copytree(cache, Path(tmp) / "compile-cache")
-            kernel = self.settings.kernel(str(cache), trusted_cells(self.course), sorted(ALLOWED_MODULES))
+            kernel = self.settings.kernel(str(cache), trusted_cells(self.course), sorted(ALLOWED_MODULES),
+                                          draw_seed=draw_secret(self.course))
             job = WorkerJob(course=str(self.course.root), assignment=self.course.assignment,
                             db=str(Path(tmp) / "worker.db"),
                             cell_timeout=self.settings.cell_seconds(self.course.cell_timeout()),
