@@ -138,7 +138,6 @@ def test_a_course_keeps_one_secret_and_a_copy_of_it_shares_it(tmp_path):
 
     from donation_course.course import Course
     from donation_course.grading.run.prepare import DRAW_SECRET, draw_secret
-
     from helpers import make_course
 
     course = Course(make_course(tmp_path / "course"))
