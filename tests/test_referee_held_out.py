@@ -419,6 +419,14 @@ def test_the_grading_kernel_draws_the_operations_and_hands_over_only_data():
     assert len(picks) > 1, picks
 
 
+def test_with_the_courses_secret_every_grading_draws_the_same_operations(monkeypatch):
+    from donation_course.hidden import exercise
+
+    monkeypatch.setenv(exercise.DRAW_SEED_ENV, "0123456789abcdef0123456789abcdef")
+    drawn = {_nan_verdict(_hunt(str))[0]["ops"]["text"] for _ in range(3)}
+    assert len(drawn) == 1, drawn
+
+
 def test_a_find_nan_that_raises_or_a_hand_over_without_its_operations_is_not_judged():
     def raises(step, params, grad):
         raise ValueError("no")

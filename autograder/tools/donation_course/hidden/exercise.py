@@ -104,12 +104,17 @@ DRAWN_MIN, DRAWN_MAX = 17, 5000
 DRAW_SEED_ENV = "DONATION_LAB_DRAW_SEED"  # the course's secret (grading/run/prepare.py draw_secret), set by the grader
 
 
-def _drawn():
-    """(n, rng): the drawn length, and a generator for the values, from the course's secret where the grader
-    sets it (the same at every grading of the course, so a regrade gives the same scores and messages; no
-    student sees it before their grades), else from the system (a learner's own run, serial nbgrader)."""
+def grading_seed() -> int:
+    """The seed of what the hidden checks draw at grading time: the course's secret where the grader sets it (the
+    same at every grading of the course, so a regrade gives the same scores and messages; no student sees it
+    before their grades), else the system's randomness (a learner's own run, serial nbgrader)."""
     seed = _environ.get(DRAW_SEED_ENV, "")
-    rng = default_rng(int(seed, 16) if seed else int.from_bytes(_urandom(16), "little"))
+    return int(seed, 16) if seed else int.from_bytes(_urandom(16), "little")
+
+
+def _drawn():
+    """(n, rng): the drawn length, and a generator for the values (grading_seed)."""
+    rng = default_rng(grading_seed())
     n = int(rng.integers(DRAWN_MIN, DRAWN_MAX))
     return (n + 1 if n == 1000 else n), rng  # never a length the checks name
 

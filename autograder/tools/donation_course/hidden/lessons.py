@@ -13,11 +13,10 @@ its public checks), and never raise: a failure to hand over is the referee's
 "received nothing". Imported at kernel start (nbgrader_config.py's
 exec_lines), before learner code, like the hidden checks.
 """
-from os import urandom as _urandom
-
 import jax
 
 from donation_course.grading.referee.asks import NAN_OPS, NAN_PICKED
+from donation_course.hidden.exercise import grading_seed
 from donation_course.hidden.handover import hand_over, hand_over_values
 from donation_course.hidden.safe import (
     Exception,
@@ -85,12 +84,12 @@ def _find(find_nan, step, params, grad):
 
 def hand_over_nan_message(find_nan) -> None:
     """Lesson 5, Exercise 5.2 (l5-q2-check): what find_nan returns on steps made here, at grading time: NAN_PICKED
-    operations of asks.NAN_OPS drawn from the OS's randomness, each in a step params - 0.1 * op(grad) with a grad
-    that makes it NaN at a random place, and once on a healthy grad. The referee reads whether each text names its
-    operation as jax's debug_nans error does. (How find_nan runs the step, and what it leaves in jax's config, are
-    the kernel's: the cell's public checks.)"""
+    operations of asks.NAN_OPS drawn from exercise.grading_seed (the course's secret), each in a step
+    params - 0.1 * op(grad) with a grad that makes it NaN at a random place, and once on a healthy grad. The
+    referee reads whether each text names its operation as jax's debug_nans error does. (How find_nan runs the
+    step, and what it leaves in jax's config, are the kernel's: the cell's public checks.)"""
     try:
-        rng = default_rng(int.from_bytes(_urandom(16), "little"))
+        rng = default_rng([grading_seed(), 5])  # the course's secret (exercise.grading_seed), for lesson 5
         picked = [NAN_OPS[int(i)] for i in rng.choice(len(NAN_OPS), NAN_PICKED, replace=False)]
         params = rng.standard_normal(4).astype(float32)  # a fresh copy each call: find_nan may donate it
         values = {"ops": ",".join(picked)}

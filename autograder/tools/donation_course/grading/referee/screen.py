@@ -115,33 +115,30 @@ def _walk(operation, seen: list, symbolic: bool = False):
                 _walk(op, seen, symbolic)
 
 
-def screen_symbolic(text) -> None:
-    """Refuse a program for every length (jax.export, asks.SYMBOLIC) before the referee refines it: the same rules,
-    dynamic dimensions and jax.export's shape assertions allowed. The refined program is screened again."""
+def _parsed(text) -> tuple:
+    """(context, module) of a handed-over program's text, or Refused: not text, over the size cap, not StableHLO."""
     if not isinstance(text, str):
         raise Refused("the hand-over holds no program text")
     if len(text) > MAX_PROGRAM_CHARS:
         raise Refused(f"the program is {len(text):,} characters long: over the grader's cap of "
                       f"{MAX_PROGRAM_CHARS:,}")
     try:
-        context, module = parse(text)
+        return parse(text)
     except Exception as exc:
         raise Refused(f"the program does not parse as StableHLO ({str(exc).splitlines()[0][:200]})") from None
+
+
+def screen_symbolic(text) -> None:
+    """Refuse a program for every length (jax.export, asks.SYMBOLIC) before the referee refines it: the same rules,
+    dynamic dimensions and jax.export's shape assertions allowed. The refined program is screened again."""
+    context, module = _parsed(text)
     with context:
         _walk(module.operation, [], symbolic=True)
 
 
 def screen(text) -> Program:
     """The program's main signature and donation, or Refused."""
-    if not isinstance(text, str):
-        raise Refused("the hand-over holds no program text")
-    if len(text) > MAX_PROGRAM_CHARS:
-        raise Refused(f"the program is {len(text):,} characters long: over the grader's cap of "
-                      f"{MAX_PROGRAM_CHARS:,}")
-    try:
-        context, module = parse(text)
-    except Exception as exc:
-        raise Refused(f"the program does not parse as StableHLO ({str(exc).splitlines()[0][:200]})") from None
+    context, module = _parsed(text)
     seen = []
     with context:
         _walk(module.operation, seen)
