@@ -365,20 +365,28 @@ def forbid_exec() -> bool:
     return libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
-def main() -> None:
+def start(fd: int, config_fd: int) -> None:
+    """The audit of this kernel, from its channel `fd` and its one-time configuration pipe `config_fd`
+    (kernel.py's _audit_channel), for the working folder this process is in; then the exec filter."""
     import json
+    import os
+
+    with os.fdopen(config_fd, "r") as fh:
+        config = json.load(fh)
+    install(fd, bytes.fromhex(config["key"]), frozenset(config["trusted"]), frozenset(config["allowed"]),
+            os.getcwd(), frozenset(config.get("end", ())))
+    forbid_exec()
+
+
+def main() -> None:
     import os
 
     argv = sys.argv[1:]
     fd, config_fd = int(argv[argv.index("--audit-fd") + 1]), int(argv[argv.index("--config-fd") + 1])
     rest = argv[argv.index("--") + 1:]
-    with os.fdopen(config_fd, "r") as fh:
-        config = json.load(fh)
-    install(fd, bytes.fromhex(config["key"]), frozenset(config["trusted"]), frozenset(config["allowed"]),
-            os.getcwd(), frozenset(config.get("end", ())))
+    start(fd, config_fd)
     if sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]  # as ipykernel_launcher: the working folder's files are not modules
-    forbid_exec()
     sys.argv = [sys.argv[0], *rest]
     from ipykernel import kernelapp
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from ..run.settings import STUDENT_DIR_ENV, KernelSettings
 
 
-def _limits(settings: KernelSettings) -> None:
+def set_limits(settings: KernelSettings) -> None:
+    """The kernel's caps on address space, core files and file size (this process and what it starts)."""
     if settings.memory_mb > 0:
         limit = settings.memory_mb << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -67,17 +68,12 @@ def _audit_channel(settings: KernelSettings, student_dir: Path) -> list:
 def inner(argv: list) -> None:
     """In the sandbox, still root: cap processes, become the sandbox uid, start the kernel.
     argv: --nproc N, the audit arguments up to --, then the kernel's own arguments."""
-    from .sandbox import SANDBOX_UID, fill_working_folder
+    from .sandbox import become_sandbox_uid, fill_working_folder
 
     nproc, rest = int(argv[1]), argv[2:]
     audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]  # (no audit arguments: audit off)
     fill_working_folder(os.getcwd())
-    if os.getuid() == 0:  # the runtime tmpfs: where the kernel (the sandbox uid) makes its sockets
-        os.chown(os.path.dirname(argv[argv.index("-f") + 1]), SANDBOX_UID, SANDBOX_UID)
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        os.setgroups([])
-        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    become_sandbox_uid(os.path.dirname(argv[argv.index("-f") + 1]), nproc)
     os.execv(sys.executable, _kernel(sys.executable, argv, audit))
 
 
@@ -121,7 +117,7 @@ def main() -> None:
     settings = KernelSettings.from_environment()
     student_dir = Path(os.environ[STUDENT_DIR_ENV])
     runtime, scratch = student_dir / "runtime", student_dir / "scratch"  # scratch: unsandboxed kernels only
-    _limits(settings)
+    set_limits(settings)
     cwd = os.getcwd()
     argv = _connection(argv, runtime)
     audit = _audit_channel(settings, student_dir) if settings.audit else []
@@ -202,8 +198,7 @@ def _run_forked(bwrap: list, settings: KernelSettings, cwd: str, argv: list, aud
     link_sockets(connection, sandbox)
     fds = [int(a) for a in audit[1::2]]
     request = {"sandbox_pid": sandbox, "cwd": cwd, "argv": argv, "env": env, "audit": bool(audit),
-               "limits": {"memory": settings.memory_mb << 20 if settings.memory_mb > 0 else 0,
-                          "file": settings.max_file_bytes, "processes": settings.max_processes}}
+               "settings": settings.to_json()}
     try:
         code = request_kernel(conn, request, [0, 1, 2, *fds])
     finally:

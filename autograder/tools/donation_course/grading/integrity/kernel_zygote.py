@@ -17,7 +17,7 @@ over the sandbox's process id, the working folder, the kernel's arguments and it
   sandbox's PID namespace, and waits for it, telling the launcher how it ended;
 - the kernel: a new session, dies with its parent, fills the working folder, caps address space, file size,
   core files and (as root) processes, drops root for the sandbox uid and every capability, is made
-  dumpable as an exec'd process is, reseeds Python's and NumPy's random state, closes every descriptor it
+  dumpable as an exec'd process is, reseeds NumPy's random state (Python's reseeds itself), closes every descriptor it
   was not given, takes the environment the launcher would have given it, installs the runtime audit and
   its exec filter (audit.py) and starts ipykernel: the same steps, in the same order, as
   kernel.py's inner step and audit.main.
@@ -51,14 +51,6 @@ def _prctl(option: int, value: int) -> int:
 
 def _die_with_parent() -> None:
     _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-
-
-def _name(name: bytes) -> None:
-    """What ps and top show for this process (PR_SET_NAME; its command line stays the zygote's): dl-kzygote,
-    dl-kjoin (the child that joins a sandbox), dl-kernel."""
-    import ctypes
-
-    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)
 
 
 def _join(pid: int) -> None:
@@ -123,13 +115,14 @@ def _drop_capabilities() -> None:
 
 def _kernel(request: dict, fds: list) -> None:
     """In the sandbox's namespaces: become the kernel. Never returns."""
-    import resource
-
-    from .sandbox import SANDBOX_UID, fill_working_folder
+    from ..executors.zygote import name_process  # dl-kzygote, dl-kjoin (the child that joins a sandbox), dl-kernel
+    from ..run.settings import KernelSettings
+    from .kernel import set_limits
+    from .sandbox import become_sandbox_uid, fill_working_folder
 
     os.setsid()
     _die_with_parent()
-    _name(b"dl-kernel")
+    name_process(b"dl-kernel")
     stdin, stdout, stderr, *audit_fds = fds
     for fd, std in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, std)
@@ -140,42 +133,24 @@ def _kernel(request: dict, fds: list) -> None:
                 os.close(fd)
             except OSError:
                 pass
-    cwd = request["cwd"]
-    os.chdir(cwd)
-    fill_working_folder(cwd)
-    limits = request["limits"]
-    if limits["memory"] > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file"], limits["file"]))
-    argv = request["argv"]
-    if os.getuid() == 0:  # the runtime tmpfs: where the kernel (the sandbox uid) makes its sockets
-        os.chown(os.path.dirname(argv[argv.index("-f") + 1]), SANDBOX_UID, SANDBOX_UID)
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
-        os.setgroups([])
-        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    settings, argv = KernelSettings.from_json(request["settings"]), request["argv"]
+    os.chdir(request["cwd"])
+    fill_working_folder(request["cwd"])
+    set_limits(settings)  # as the launcher sets them on itself before bwrap (kernel.py)
+    become_sandbox_uid(os.path.dirname(argv[argv.index("-f") + 1]), settings.max_processes)
     _drop_capabilities()
     _prctl(4, 1)  # PR_SET_DUMPABLE: as an exec'd kernel is (a uid change cleared it)
     os.environ.clear()
     os.environ.update(request["env"])
-    import random
-
     import numpy
 
-    random.seed()
-    numpy.random.seed()
+    numpy.random.seed()  # (Python's random module reseeds itself after a fork)
     from ipykernel import kernelapp
 
     from . import audit
 
     if request["audit"]:
-        fd, config_fd = audit_fds
-        with os.fdopen(config_fd, "r") as fh:
-            config = json.load(fh)
-        audit.install(fd, bytes.fromhex(config["key"]), frozenset(config["trusted"]),
-                      frozenset(config["allowed"]), cwd, frozenset(config.get("end", ())))
-        audit.forbid_exec()
+        audit.start(*audit_fds)
     sys.argv = ["ipykernel_launcher", *argv]
     kernelapp.launch_new_instance()
     sys.exit(0)
@@ -185,8 +160,10 @@ def _child(conn: socket.socket, request: dict, fds: list) -> None:
     """The zygote's child for one kernel: join the sandbox, fork the kernel there, report how it ended."""
     status = 1
     try:
+        from ..executors.zygote import name_process
+
         _die_with_parent()
-        _name(b"dl-kjoin")
+        name_process(b"dl-kjoin")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _join(int(request["sandbox_pid"]))
         kernel = os.fork()
@@ -235,12 +212,13 @@ def serve(path: str) -> None:
     import jax.numpy  # noqa: F401
     import numpy  # noqa: F401
 
-    from . import audit, sandbox  # noqa: F401
+    from ..executors.zygote import name_process
+    from . import audit, kernel, sandbox  # noqa: F401  (what a kernel runs before it starts)
 
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")
     _die_with_parent()
-    _name(b"dl-kzygote")
+    name_process(b"dl-kzygote")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)

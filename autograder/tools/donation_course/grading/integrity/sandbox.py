@@ -216,3 +216,18 @@ def fill_working_folder(cwd: str) -> None:
             os.lchown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID)
     os.chown(cwd, SANDBOX_UID, SANDBOX_UID)
     os.chmod(cwd, 0o700)
+
+
+def become_sandbox_uid(runtime: str, nproc: int) -> None:
+    """Inside the sandbox, the kernel's last step as root: the runtime tmpfs (where the kernel makes its sockets)
+    handed to the sandbox uid, the process cap set (RLIMIT_NPROC counts per real uid), root dropped for the
+    sandbox uid. Nothing when not root: the kernel then keeps the grader's uid (no process cap)."""
+    import resource
+
+    if os.getuid() != 0:
+        return
+    os.chown(runtime, SANDBOX_UID, SANDBOX_UID)
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    os.setgroups([])
+    os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
