@@ -53,6 +53,16 @@ def test_gradebook_holds_every_student_with_the_csv_scores(graded):
     assert list(course.glob("gradebook.db.bak-*")), "no backup was made before writing"
 
 
+def test_every_autograded_notebook_is_a_valid_notebook(graded):
+    """What the grader writes back into nbgrader's autograded/ (the referee's hand-overs taken out, its notes put
+    in) passes nbformat's schema, as nbgrader's own does: formgrader and the feedback read it."""
+    course, *_ = graded
+    notebooks = sorted((course / "autograded").rglob("*.ipynb"))
+    assert len(notebooks) >= len(corpus.CASES) - 5  # a few cases hand in no notebook at all
+    for path in notebooks:
+        nbformat.validate(nbformat.read(path, as_version=4))
+
+
 def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
     course, *_ = graded
     pages = list((course / "feedback").rglob("*.html")) + list((course / ".grading" / "feedback").rglob("*.html"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook, new_output
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from donation_course.grading.referee import asks
 from donation_course.grading.referee.received import take_handovers
@@ -41,6 +41,7 @@ def honest_cells():
     return [grade_cell("ex-example", shown({"answer": "exercise", "check": "worked example", "index": 0,
                                             "entry": ENTRY}),
                        new_output("stream", name="stdout", text="\u2714 worked example: ok\n")),
+            new_markdown_cell("## Check your work"),  # a cell after one with a record: its outputs stay as they were
             grade_cell("ex-values", shown({"answer": "exercise", "check": "values", "index": 0}))]
 
 
@@ -49,6 +50,7 @@ def received(tmp_path, cells):
     nbformat.write(new_notebook(cells=cells), path)
     got = take_handovers({"07": path, "absent": tmp_path / "absent.ipynb"}, CELLS)
     assert asks.MIME not in path.read_text()  # every hand-over output is taken out, genuine or not
+    nbformat.validate(nbformat.read(path, as_version=4))  # and the notebook it writes back is a valid one
     return got
 
 
@@ -57,7 +59,8 @@ def test_the_checks_own_records_in_their_cells_are_replayed_unflagged(tmp_path):
     assert got.handovers == {"exercise": {"programs": [ENTRY], "checks": {"worked example": 0, "values": 0}}}
     assert got.suspicious == []
     nb = nbformat.read(tmp_path / "07.ipynb", as_version=4)
-    assert [len(c.outputs) for c in nb.cells] == [1, 0]  # the checks' own lines stay
+    assert [len(c.get("outputs", ())) for c in nb.cells] == [1, 0, 0]  # the checks' own lines stay
+    assert "outputs" not in nb.cells[1]
 
 
 def test_a_check_that_could_not_hand_over_says_so_unflagged(tmp_path):

@@ -83,20 +83,20 @@ def take_handovers(autograded: dict, cells: dict) -> Received:
         found = False
         for number, cell in enumerate(nb.cells, 1):
             grade_id = _grade_id(cell)
-            kept = []
+            kept, here = [], False
             for output in cell.get("outputs", []):
                 data = output.get("data", {}) if output.get("output_type") == "display_data" else {}
                 if MIME not in data:
                     kept.append(output)
                     continue
-                found = True
+                found = here = True
                 record = _record(data[MIME])
                 why = _replay(record, handing.get(grade_id, set()), entries, checks, size, seen)
                 if why:
                     suspicious.append(Suspicious(notebook, grade_id or f"cell {number}", why))
                     name = record.get("answer") if isinstance(record, dict) else None
                     tainted.add(name if isinstance(name, str) else None)
-            if found:
+            if here:  # only a cell that had a record: a markdown cell has no outputs (nbformat's schema)
                 cell["outputs"] = kept
         if found:
             write_back(nb, path)
