@@ -99,7 +99,7 @@ def test_the_locked_and_unchanged_cells_are_trusted_an_edited_lesson_cell_is_not
 FORKED_OR_NOT = pytest.mark.parametrize("forked", [True, False], ids=["forked", "started"])
 
 
-def run_in_sandbox(tmp_path, code, cache=None, trusted=(), forked=True):
+def run_in_sandbox(tmp_path, code, cache=None, trusted=(), forked=True, audit=True):
     """Start one grading kernel the way a worker does (kernelspec, ipc,
     scratch folder, the compile cache `cache` if given) with its working
     folder in a course, run `code` (one cell's source, or a list of cells;
@@ -107,7 +107,8 @@ def run_in_sandbox(tmp_path, code, cache=None, trusted=(), forked=True):
     folder, stdout: the outputs, then a line 'AUDIT <json>' with each
     kernel's audit records). `forked`: the kernel is forked into its sandbox
     from the worker's kernel zygote (the default, kernel_zygote.py), else
-    started as a new Python there (kernel.py's --inner step, its fallback)."""
+    started as a new Python there (kernel.py's --inner step, its fallback).
+    `audit`: c.GradingSettings.audit (the runtime audit, on by default)."""
     script = tmp_path / "k.py"
     script.write_text(f"""
 import json, os, sys, tempfile
@@ -122,8 +123,8 @@ os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.exec
 from donation_course.grading.integrity.scan import ALLOWED_MODULES
 from donation_course.grading.integrity.audit_log import parsed_digests
 trusted = sorted(set().union(set(), *(parsed_digests(s) for s in json.loads(sys.argv[3]))))
-settings = GradingSettings(memory_mb=3072, fork_kernels={forked!r}).kernel({str(cache or "")!r}, trusted,
-                                                                       sorted(ALLOWED_MODULES))
+grading = GradingSettings(memory_mb=3072, fork_kernels={forked!r}, audit={audit!r})
+settings = grading.kernel({str(cache or "")!r}, trusted, sorted(ALLOWED_MODULES))
 use_kernel_settings(settings)
 spawn_kernel_zygote(settings, tmp)
 runtime = new_student_dir(Path(tmp) / "w0")
@@ -218,6 +219,23 @@ print("runtime holds", sorted(n for n in os.listdir(runtime) if not n.startswith
     course, cwd, out = run_in_sandbox(tmp_path, code, forked=forked)
     assert "runtime stopped ENOSPC" in out and "connection file EROFS" in out, out
     assert int(out.split("runtime stopped ENOSPC ")[1].split()[0]) <= RUNTIME_BYTES, out
+
+
+@needs_bwrap
+@pytest.mark.parametrize("forked, audit", [(True, True), (False, True), (False, False)],
+                         ids=["forked", "started", "started-unaudited"])
+def test_a_grading_kernel_offers_no_debugger_yet_a_learner_can_import_debugpy(tmp_path, forked, audit):
+    """kernel_app.py: however a grading kernel starts, ipykernel finds no debugpy while it starts, so it imports
+    neither debugpy nor pydevd and offers no debugger; a learner's own `import debugpy` still works."""
+    code = """
+import sys, ipykernel.debugger
+print("debugger", ipykernel.debugger._is_debugpy_available, "pydevd" in sys.modules, "debugpy" in sys.modules)
+import debugpy
+print("imported", debugpy.__name__, "kernel", getattr(get_ipython().kernel, "debugger", None))
+"""
+    _, _, out = run_in_sandbox(tmp_path, code, forked=forked, audit=audit)
+    assert "debugger False False False" in out, out
+    assert "imported debugpy kernel None" in out, out
 
 
 @needs_bwrap
@@ -390,7 +408,9 @@ def test_scores_do_not_depend_on_the_instructors_shell_and_outputs_are_capped(tm
 def test_without_bwrap_grading_stops_with_one_line(tmp_path, env):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    os.symlink(shutil.which("python3") or sys.executable, bindir / "python3")
+    found = shutil.which("python3") or sys.executable  # maybe a launcher script (pyenv's shim): the Python it runs
+    real = subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+    os.symlink(real.stdout.strip() or found, bindir / "python3")
     (tmp_path / "subs").mkdir()
     nbformat.write(nbformat.read(corpus.LEARNER, as_version=4), tmp_path / "subs" / f"ann_{EX}.ipynb")
     r = grade({**env, "PATH": str(bindir)}, tmp_path / "subs", "--course", make_course(tmp_path / "c"),

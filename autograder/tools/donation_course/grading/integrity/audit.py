@@ -379,18 +379,13 @@ def start(fd: int, config_fd: int) -> None:
 
 
 def main() -> None:
-    import os
-
     argv = sys.argv[1:]
     fd, config_fd = int(argv[argv.index("--audit-fd") + 1]), int(argv[argv.index("--config-fd") + 1])
     rest = argv[argv.index("--") + 1:]
     start(fd, config_fd)
-    if sys.path and sys.path[0] in ("", os.getcwd()):
-        del sys.path[0]  # as ipykernel_launcher: the working folder's files are not modules
-    sys.argv = [sys.argv[0], *rest]
-    from ipykernel import kernelapp
+    from .kernel_app import launch
 
-    kernelapp.launch_new_instance()
+    launch(rest)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,10 @@ def set_limits(settings: KernelSettings) -> None:
 
 
 def _kernel(python: str, argv: list, audit: list) -> list:
-    """The kernel's command: ipykernel under the runtime audit (audit.py) unless `audit` is empty (the
-    setting off); -P keeps the working folder off sys.path."""
+    """The kernel's command: ipykernel (kernel_app.py) under the runtime audit (audit.py) unless `audit` is empty
+    (the setting off); -P keeps the working folder off sys.path."""
     if not audit:
-        return [python, "-P", "-m", "ipykernel_launcher", *argv]
+        return [python, "-P", "-m", "donation_course.grading.integrity.kernel_app", *argv]
     return [python, "-P", "-m", "donation_course.grading.integrity.audit", *audit, "--", *argv]
 
 

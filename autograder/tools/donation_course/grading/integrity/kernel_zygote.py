@@ -145,14 +145,13 @@ def _kernel(request: dict, fds: list) -> None:
     import numpy
 
     numpy.random.seed()  # (Python's random module reseeds itself after a fork)
-    from ipykernel import kernelapp
-
     from . import audit
+    from .kernel_app import launch
 
     if request["audit"]:
         audit.start(*audit_fds)
-    sys.argv = ["ipykernel_launcher", *argv]
-    kernelapp.launch_new_instance()
+    sys.argv = ["ipykernel_launcher"]
+    launch(argv)
     sys.exit(0)
 
 
@@ -213,7 +212,7 @@ def serve(path: str) -> None:
     import numpy  # noqa: F401
 
     from ..executors.zygote import name_process
-    from . import audit, kernel, sandbox  # noqa: F401  (what a kernel runs before it starts)
+    from . import audit, kernel, kernel_app, sandbox  # noqa: F401  (what a kernel runs before it starts)
 
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")
