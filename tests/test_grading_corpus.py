@@ -63,6 +63,14 @@ def test_every_autograded_notebook_is_a_valid_notebook(graded):
         nbformat.validate(nbformat.read(path, as_version=4))
 
 
+def test_the_course_keeps_one_font_list_for_every_kernel(graded):
+    """matplotlib's font list is built once for the course (sandbox.course_font_list), for the matplotlib
+    installed, and every grading kernel reads that one."""
+    course, *_ = graded
+    lists = list((course / ".grading").glob("fonts-matplotlib-*/fontlist-*.json"))
+    assert len(lists) == 1 and lists[0].stat().st_size > 1000, lists
+
+
 def test_feedback_never_shows_hidden_test_source_or_tracebacks(graded):
     course, *_ = graded
     pages = list((course / "feedback").rglob("*.html")) + list((course / ".grading" / "feedback").rglob("*.html"))

@@ -1,6 +1,7 @@
-"""The referee server's memo of compiled programs (grading/referee/compiled.py): a program is compiled once per
-server and loaded for the next students, keyed by its text without the module's name; the server keeps only
-programs of texts it sent that child, within its size; a loaded program is judged exactly as a compiled one."""
+"""The referee's memo of compiled programs (grading/referee/compiled.py): a program is compiled once for the
+course (each server's memo, shared through the worker's folder) and loaded for the next students, keyed by its
+text without the module's name; the server keeps only programs of texts it sent that child, within its size; a
+loaded program is judged exactly as a compiled one."""
 import base64
 
 import jax
@@ -9,7 +10,7 @@ import pytest
 
 from donation_course.grading.referee import asks, compiled, judge, programs
 from donation_course.grading.referee.verdict import FAIL, PASS
-from donation_course.grading.referee.wire import Compiled, from_child, line
+from donation_course.grading.referee.wire import Compiled, Reply, Request, from_child, line, read_reply, read_request
 from donation_course.hidden import handover
 
 SPEC = jax.ShapeDtypeStruct((2,), jnp.float32)
@@ -33,20 +34,55 @@ def test_the_key_leaves_out_the_module_name_and_nothing_else():
     assert compiled.key('module @"a b" {}') == compiled.key("module @c {}") != compiled.key("module @c {}\n")
 
 
+K1, K2, K3, OTHER = (compiled.key(f"module @m{{{i}}}") for i in range(4))  # keys of four program texts
+
+
 def test_the_server_keeps_only_programs_of_texts_it_sent_within_its_size():
-    memo, sent = compiled.Memo(max_bytes=10), {"k1", "k2", "k3"}
+    memo, sent = compiled.Memo(max_bytes=10), {K1, K2, K3}
     blob = base64.b64encode(b"12345").decode()
-    assert not memo.offer(Compiled("other", blob), sent)  # a key of a text it never sent
-    assert not memo.offer(Compiled("k1", "not base64!"), sent)
+    assert not memo.offer(Compiled(OTHER, blob), sent)  # a key of a text it never sent
+    assert not memo.offer(Compiled(K1, "not base64!"), sent)
     assert from_child(b'{"compiled": "k1", "blob": 5}\n') is None  # a line that is no Compiled never reaches it
-    assert from_child(line(Compiled("k1", blob))) == Compiled("k1", blob)
-    assert memo.offer(Compiled("k1", blob), sent)
-    assert not memo.offer(Compiled("k1", base64.b64encode(b"other").decode()), sent)  # kept as first
-    assert memo.offer(Compiled("k2", blob), sent)
-    assert not memo.offer(Compiled("k3", blob), sent)  # past its size
-    assert memo.blobs == {"k1": b"12345", "k2": b"12345"}
+    assert from_child(line(Compiled(K1, blob))) == Compiled(K1, blob)
+    assert memo.offer(Compiled(K1, blob), sent)
+    assert not memo.offer(Compiled(K1, base64.b64encode(b"other").decode()), sent)  # kept as first
+    assert memo.offer(Compiled(K2, blob), sent)
+    assert not memo.offer(Compiled(K3, blob), sent)  # past its size
+    assert memo.blobs == {K1: b"12345", K2: b"12345"}
     ho = {"programs": [{"programs": {"float32[2]": {"text": "module @a {}"}, "x": {"text": 3}}}], "checks": {}}
     assert compiled.keys_of(ho) == {compiled.key("module @a {}")}
+
+
+def test_the_worker_keeps_the_programs_for_the_course_and_sends_each_server_those_it_lacks(tmp_path):
+    """compiled.Folder: a reply's kept programs are written once each, under their keys, in the course's folder
+    for the JAX installed; a request takes along those its server was not sent; what is no key, or past the
+    size, is left out; a server preloads them (Memo.preload) only under keys, within its size."""
+    grading = tmp_path / ".grading"
+    grading.mkdir()
+    path = compiled.folder_for(grading)
+    assert path.startswith(str(grading / "referee-programs-jax-")) and jax.__version__ in path
+    assert compiled.Folder(str(tmp_path / "absent" / "programs")).path is None  # a cluster's worker elsewhere
+    disk = compiled.Folder(path)
+    assert disk.unsent(set()) == {}
+    blob = base64.b64encode(b"12345").decode()
+    disk.save([Compiled(K1, blob), Compiled(K2, blob), Compiled("../../escape", blob)])
+    disk.save([Compiled(K1, base64.b64encode(b"other").decode())])  # the first stays
+    assert sorted(p.name for p in (grading / path).iterdir()) == sorted([K1, K2])
+    (grading / path / "notes.txt").write_text("a file of the instructor's")
+    assert disk.unsent(set()) == {K1: blob, K2: blob}
+    assert disk.unsent({K1}) == {K2: blob}
+    # the request carries them as data, and back
+    request = read_request(line(Request({}, 5, 100, disk.unsent(set()))))
+    assert request.memo == {K1: blob, K2: blob}
+    with pytest.raises(ValueError):
+        read_request(b'{"answers": {}, "memo": {"k": 5}}')
+    reply = read_reply(line(Reply((), 0.5, (Compiled(K3, blob),))))
+    assert reply.compiled == (Compiled(K3, blob),)
+    with pytest.raises(ValueError):
+        read_reply(b'{"verdicts": [], "seconds": 1, "compiled": [{"compiled": "k"}]}')
+    server = compiled.Memo(max_bytes=10)
+    server.preload({**request.memo, "not a key": blob, K3: blob})  # K3 is past its size
+    assert server.blobs == {K1: b"12345", K2: b"12345"}
 
 
 @pytest.fixture

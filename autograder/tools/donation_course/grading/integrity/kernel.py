@@ -122,7 +122,8 @@ def main() -> None:
     argv = _connection(argv, runtime)
     audit = _audit_channel(settings, student_dir) if settings.audit else []
     cache = settings.compile_cache
-    fonts = font_list(student_dir.parent / "fonts")  # built once for all of this worker's kernels
+    fonts = settings.fonts if settings.fonts and os.path.isfile(settings.fonts) else \
+        font_list(student_dir.parent / "fonts")  # the course's; else (a cluster's worker) this worker's own
     if not settings.sandbox:  # same environment, no sandbox: home, ipython and tmp files in the scratch folder
         scratch.mkdir(parents=True, exist_ok=True)
         if fonts:

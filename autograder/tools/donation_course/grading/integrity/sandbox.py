@@ -135,6 +135,19 @@ def font_list(folder: Path) -> str:
     return str(found[-1]) if found else ""
 
 
+def course_font_list(grading_dir: Path) -> str:
+    """font_list, kept in the course's grading folder for the matplotlib version installed: built by the course's
+    first grading run, then found by every later one and by each of its kernel launchers (which otherwise build
+    one per grading process). A matplotlib upgrade gets a folder of its own. '' without matplotlib."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("matplotlib")
+    except metadata.PackageNotFoundError:
+        return ""
+    return font_list(grading_dir / f"fonts-matplotlib-{version}")
+
+
 def bwrap_argv(cwd: str, runtime: str, disk_bytes: int, extra_ro=(), fonts: str = "") -> list:
     """bwrap's command line for a kernel whose working folder is `cwd`, seen
     inside at the same path as a tmpfs of `disk_bytes` (the launcher's inner

@@ -9,6 +9,10 @@ is the grader's failure, not the student's: `Referee.judge` raises
 RefereeFailed (the worker reports the student as not graded, never zeros),
 and the next student starts a new server.
 
+It also keeps the course's compiled programs (compiled.Folder): each
+request takes along those its server has not had yet, and each reply's
+new ones are written there for the other workers and later runs.
+
 Its scratch folder (TMPDIR/referee-*: the server's working and runtime
 folders) names its owner, the process that made it (scratch.py: pid and
 start time). The owner removes it with the server on `close`, which runs at the
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from ..executors.scratch import mark_owner, remove_orphans
 from .asks import ANSWERS
+from .compiled import Folder
 from .verdict import Verdict
 from .wire import Request, line, read_ready, read_reply
 
@@ -57,9 +62,12 @@ class Judged:
 class Referee:
     """One referee server, started on first use."""
 
-    def __init__(self, sandbox: bool, memory_mb: int, seconds: int = SECONDS, disk_bytes: int = 64 << 20):
+    def __init__(self, sandbox: bool, memory_mb: int, seconds: int = SECONDS, disk_bytes: int = 64 << 20,
+                 programs: str = ""):
         self.sandbox, self.memory_mb, self.seconds, self.disk_bytes = sandbox, memory_mb, seconds, disk_bytes
         self.proc, self.folder, self.started = None, None, False
+        self.programs = Folder(programs)  # the course's compiled programs (compiled.py), shared by its workers
+        self.sent = set()                 # the keys of those this server has (sent to it, or compiled by it)
         self.owner = os.getpid()  # only this process closes it (a forked child inherits the object, not the server)
         atexit.register(self._close_at_exit)
 
@@ -95,7 +103,7 @@ class Referee:
         cmd, env = self._command()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=self.folder,
                                      start_new_session=True)
-        self.started = False
+        self.started, self.sent = False, set()
 
     def _line(self, deadline: float) -> bytes:
         out, data = self.proc.stdout.fileno(), b""
@@ -128,7 +136,8 @@ class Referee:
         if not self.started:
             self._read(read_ready, time.monotonic() + START_SECONDS)
             self.started = True
-        request = Request({k: v for k, v in answers.items() if k in ANSWERS}, self.seconds, self.memory_mb)
+        memo = self.programs.unsent(self.sent)
+        request = Request({k: v for k, v in answers.items() if k in ANSWERS}, self.seconds, self.memory_mb, memo)
         try:
             self.proc.stdin.write(line(request))
             self.proc.stdin.flush()
@@ -136,6 +145,8 @@ class Referee:
             self.close()
             raise RefereeFailed("the referee stopped") from None
         reply = self._read(read_reply, time.monotonic() + self.seconds * (len(request.answers) + 1) + 30)
+        self.programs.save(reply.compiled)
+        self.sent |= set(memo) | {c.key for c in reply.compiled}
         return Judged(reply.verdicts, time.monotonic() - start)
 
     def close(self) -> None:

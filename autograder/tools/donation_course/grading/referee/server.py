@@ -16,7 +16,9 @@ since the count is set before a child's backend starts. The child freezes
 what it inherited (gc.freeze), so the loop checks' full garbage
 collections walk only what the judging made, not JAX's modules. The server
 keeps what its children compiled (compiled.py): the next student's honest
-answer, the same program, is loaded, not compiled again.
+answer, the same program, is loaded, not compiled again. Each reply takes
+what it kept to the worker, which keeps it on disk for the course and sends
+it to the other workers' servers with their next requests.
 
 Its messages are wire.py's, one JSON line each: Ready once, then a Reply for each Request on stdin; a
 child writes Verdict, AnswerDone and Compiled lines to its pipe, each read and checked as data.
@@ -46,6 +48,7 @@ def _drop_root() -> None:
 
 
 MEMO = Memo()  # programs compiled by this server's children (compiled.py), kept for the next students'
+KEPT: list = []  # what MEMO kept while judging the current request: the reply takes it to the worker's disk
 
 
 def _die_with_parent() -> None:
@@ -130,7 +133,8 @@ def _one_child(answers: list, verdicts: list, seconds: int, memory_mb: int) -> t
         for text in lines:
             match from_child(text):  # None: a line cut by the kill, or none of the kinds
                 case Compiled() as compiled:
-                    MEMO.offer(compiled, sent)
+                    if MEMO.offer(compiled, sent):
+                        KEPT.append(compiled)
                 case AnswerDone(index=index) if index == finished:
                     finished += 1
                     deadline = time.monotonic() + seconds  # the next answer's own time
@@ -172,6 +176,8 @@ def serve(request: Request) -> Reply:
     from .asks import ANSWERS
 
     start = time.monotonic()
+    MEMO.preload(request.memo)  # what this course's referees compiled before (compiled.Folder, on the worker's disk)
+    KEPT.clear()
     seconds, memory_mb = request.seconds, request.memory_mb
     answers = [(ANSWERS[name], handover) for name, handover in request.answers.items() if name in ANSWERS]
     # answers on the same number of CPU devices share a child (the device count is set before its backend starts)
@@ -183,7 +189,7 @@ def serve(request: Request) -> Reply:
         for i, found in zip(indices, judge_in_children([answers[i] for i in indices], seconds, memory_mb),
                             strict=True):
             judged[i] = found
-    return Reply(tuple(v for found in judged for v in found), time.monotonic() - start)
+    return Reply(tuple(v for found in judged for v in found), time.monotonic() - start, tuple(KEPT))
 
 
 def main() -> None:

@@ -29,7 +29,8 @@ def referee() -> Referee:
         settings = KernelSettings.from_json(os.environ[KERNEL_SETTINGS_ENV]) \
             if KERNEL_SETTINGS_ENV in os.environ else None
         _REFEREE.append(Referee(sandbox=settings.sandbox if settings else False,
-                                memory_mb=settings.memory_mb if settings else 3072))
+                                memory_mb=settings.memory_mb if settings else 3072,
+                                programs=settings.referee_programs if settings else ""))
     return _REFEREE[0]
 
 

@@ -8,8 +8,10 @@ child) or is the referee's failure (from the server). This is why they live here
 executors' messages (executors/protocol.py), which are pickled between the grader's own processes.
 
 The worker's client (client.py) and its server (server.py), on the server's stdin and stdout:
-    server -> client:  Ready() once it has imported JAX; a Reply(verdicts, seconds) per Request
-    client -> server:  Request(answers, seconds, memory_mb): one student's hand-overs, by answer name
+    server -> client:  Ready() once it has imported JAX; a Reply(verdicts, seconds, compiled) per Request, with
+                       the programs its memo kept while judging it (compiled.py: the worker keeps them on disk)
+    client -> server:  Request(answers, seconds, memory_mb, memo): one student's hand-overs, by answer name, and
+                       the compiled programs on disk the server has not been sent yet
 The server's child -> the server, on a pipe (server.py):
     a Verdict (verdict.py) per check; AnswerDone(index) after each answer; Compiled(key, blob) per program it
     compiled that the server's memo may keep (compiled.py)
@@ -17,7 +19,7 @@ The server's child -> the server, on a pipe (server.py):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .verdict import Verdict
 
@@ -36,13 +38,15 @@ class Request:
     answers: dict
     seconds: int = DEFAULT_SECONDS
     memory_mb: int = DEFAULT_MEMORY_MB
+    memo: dict = field(default_factory=dict)  # {key: executable, base64}: for the server's memo (compiled.py)
 
 
 @dataclass(frozen=True)
 class Reply:
-    """The verdicts of one request, and the server's wall time for it."""
+    """The verdicts of one request, the server's wall time for it, and the programs its memo kept meanwhile."""
     verdicts: tuple[Verdict, ...]
     seconds: float
+    compiled: tuple = ()  # (Compiled, ...)
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,11 @@ def line(message: Ready | Request | Reply | AnswerDone | Compiled | Verdict) -> 
     match message:
         case Ready():
             data = {"ready": True}
-        case Request(answers=answers, seconds=seconds, memory_mb=memory_mb):
-            data = {"answers": answers, "seconds": seconds, "memory_mb": memory_mb}
-        case Reply(verdicts=verdicts, seconds=seconds):
-            data = {"verdicts": [v.to_dict() for v in verdicts], "seconds": seconds}
+        case Request(answers=answers, seconds=seconds, memory_mb=memory_mb, memo=memo):
+            data = {"answers": answers, "seconds": seconds, "memory_mb": memory_mb, "memo": memo}
+        case Reply(verdicts=verdicts, seconds=seconds, compiled=compiled):
+            data = {"verdicts": [v.to_dict() for v in verdicts], "seconds": seconds,
+                    "compiled": [{"compiled": c.key, "blob": c.blob} for c in compiled]}
         case AnswerDone(index=index):
             data = {"done": index}
         case Compiled(key=key, blob=blob):
@@ -101,19 +106,27 @@ def read_ready(text: bytes) -> Ready:
 def read_request(text: bytes | str) -> Request:
     """A request; ValueError if the line is not one. Missing limits take their defaults."""
     data = _object(text)
-    answers = data.get("answers") or {}
+    answers, memo = data.get("answers") or {}, data.get("memo") or {}
     if not isinstance(answers, dict):
         raise ValueError("answers: not an object")
-    return Request(answers, int(data.get("seconds", DEFAULT_SECONDS)), int(data.get("memory_mb", DEFAULT_MEMORY_MB)))
+    if not (isinstance(memo, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in memo.items())):
+        raise ValueError("memo: not an object of strings")
+    return Request(answers, int(data.get("seconds", DEFAULT_SECONDS)), int(data.get("memory_mb", DEFAULT_MEMORY_MB)),
+                   memo)
 
 
 def read_reply(text: bytes) -> Reply:
     """A reply; ValueError if the line is not one."""
     data = _object(text)
-    verdicts, seconds = data.get("verdicts"), data.get("seconds")
+    verdicts, seconds, compiled = data.get("verdicts"), data.get("seconds"), data.get("compiled", [])
     if not isinstance(verdicts, list) or not isinstance(seconds, int | float) or isinstance(seconds, bool):
         raise ValueError(f"not a referee reply: {text[:200]!r}")
-    return Reply(tuple(_verdict(v) for v in verdicts), float(seconds))
+    if not (isinstance(compiled, list) and all(isinstance(c, dict) and set(c) == {"compiled", "blob"} and
+                                               isinstance(c["compiled"], str) and isinstance(c["blob"], str)
+                                               for c in compiled)):
+        raise ValueError(f"not a referee reply's compiled programs: {text[:200]!r}")
+    return Reply(tuple(_verdict(v) for v in verdicts), float(seconds),
+                 tuple(Compiled(c["compiled"], c["blob"]) for c in compiled))
 
 
 def from_child(text: bytes) -> Verdict | AnswerDone | Compiled | None:

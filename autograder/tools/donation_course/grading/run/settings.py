@@ -122,11 +122,13 @@ class GradingSettings(Configurable):
         """`out`, else the course's grading folder (Course.grading_dir)."""
         return (Path(self.out) if self.out else course.grading_dir).resolve()
 
-    def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=(), draw_seed: str = "") -> KernelSettings:
+    def kernel(self, compile_cache: str, trusted_cells=(), allowed_modules=(), draw_seed: str = "",
+               fonts: str = "", referee_programs: str = "") -> KernelSettings:
         return KernelSettings(memory_mb=self.memory_mb, max_processes=self.max_processes,
                               max_file_bytes=self.max_file_mb << 20, disk_bytes=self.disk_mb << 20,
                               sandbox=self.sandbox, audit=self.audit, compile_cache=compile_cache,
-                              fork=self.fork_kernels, draw_seed=draw_seed,
+                              fork=self.fork_kernels, draw_seed=draw_seed, fonts=fonts,
+                              referee_programs=referee_programs,
                               trusted_cells=tuple(trusted_cells), allowed_modules=tuple(allowed_modules))
 
 
@@ -146,6 +148,8 @@ class KernelSettings:
     fork: bool = True             # sandboxed kernels forked from the grading process's kernel zygote
     zygote: str = ""              # that zygote's socket, once the grading process has started it
     draw_seed: str = ""           # the course's secret for what the hidden checks draw (prepare.draw_secret)
+    fonts: str = ""               # matplotlib's font list, built once for the course (sandbox.course_font_list)
+    referee_programs: str = ""    # the referee's compiled programs, kept for the course (referee/compiled.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -26,7 +26,9 @@ from ...course import Course, CourseError
 from ..executors.pool import LocalPool
 from ..executors.worker import WorkerJob, make_kernelspec
 from ..integrity.audit_log import trusted_cells
+from ..integrity.sandbox import course_font_list
 from ..integrity.scan_policy import ALLOWED_MODULES
+from ..referee.compiled import folder_for
 from ..reports.report import row_of, summarize, write_reports
 from ..reports.student_page import write_page
 from ..results.gradebook import Answers, Deadline, apply_deadlines, assignment_facts, merge_result
@@ -276,7 +278,9 @@ class Run:
                 # only told not to): they get this run's copy of it.
                 cache = shutil.copytree(cache, Path(tmp) / "compile-cache")
             kernel = self.settings.kernel(str(cache), trusted_cells(self.course), sorted(ALLOWED_MODULES),
-                                          draw_seed=draw_secret(self.course))
+                                          draw_seed=draw_secret(self.course),
+                                          fonts=course_font_list(self.course.grading_dir),
+                                          referee_programs=folder_for(self.course.grading_dir))
             job = WorkerJob(course=str(self.course.root), assignment=self.course.assignment,
                             db=str(Path(tmp) / "worker.db"),
                             cell_timeout=self.settings.cell_seconds(self.course.cell_timeout()),
