@@ -300,15 +300,14 @@ def device(values):
     pinned jax). Not jnp.asarray either: it always copies, but compiles a copy
     program for every new shape (~7 ms each). So: copy `values` to a host
     buffer that starts one element past a 64-byte boundary, which XLA can
-    never alias, and device_put that. An array of another rank than 1 is
-    copied flat and reshaped on the device.
+    never alias, and device_put that, in `values`' shape (a C-ordered view of
+    that buffer: no reshape on the device, which would compile a program per
+    shape too).
     """
     values = asarray(values)
-    if values.ndim != 1:
-        return device(values.reshape(-1)).reshape(values.shape)
     raw = _np_empty(values.nbytes + 128, _np_uint8)
     start = (-raw.ctypes.data) % 64 + values.itemsize
-    host = raw[start:start + values.nbytes].view(values.dtype)
+    host = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
     host[...] = values
     return _device_put(host)
 
