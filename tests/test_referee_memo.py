@@ -53,6 +53,25 @@ def test_the_server_keeps_only_programs_of_texts_it_sent_within_its_size():
     assert compiled.keys_of(ho) == {compiled.key("module @a {}")}
 
 
+def test_a_program_made_static_is_kept_only_under_the_key_the_server_derives_from_one_it_sent():
+    """A symbolic program refined at the referee's length (programs.refine): the child names the program it was
+    sent and the length; the server keeps it under compiled.refined_key of the two, never under a key the child
+    picked, and never for a program it did not send."""
+    memo, blob = compiled.Memo(), base64.b64encode(b"12345").decode()
+    derived = compiled.refined_key(K1, 1234)
+    assert derived not in (K1, compiled.refined_key(K1, 1235), compiled.refined_key(K2, 1234))
+    assert not memo.offer(Compiled(K2, blob, K1, 1234), {K1, K2})          # a key that is not the derived one
+    assert not memo.offer(Compiled(compiled.refined_key(OTHER, 1234), blob, OTHER, 1234), {K1})  # never sent
+    assert memo.offer(Compiled(derived, blob, K1, 1234), {K1})
+    assert memo.blobs == {derived: b"12345"}
+    assert from_child(line(Compiled(derived, blob, K1, 1234))) == Compiled(derived, blob, K1, 1234)
+    assert from_child(line(Compiled(K1, blob))) == Compiled(K1, blob)
+    for odd in (b'{"compiled": "k", "blob": "b", "base": "k", "length": true}\n',
+                b'{"compiled": "k", "blob": "b", "base": 3, "length": 5}\n',
+                b'{"compiled": "k", "blob": "b", "base": "k"}\n'):
+        assert from_child(odd) is None
+
+
 def test_the_worker_keeps_the_programs_for_the_course_and_sends_each_server_those_it_lacks(tmp_path):
     """compiled.Folder: a reply's kept programs are written once each, under their keys, in the course's folder
     for the JAX installed; a request takes along those its server was not sent; what is no key, or past the

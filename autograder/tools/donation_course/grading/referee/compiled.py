@@ -51,6 +51,13 @@ def key(text: str) -> str:
     return hashlib.sha256(_NAME.sub("module @_", text, count=1).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def refined_key(base: str, length: int) -> str:
+    """The memo's key for the program of key `base`, made for every length, made static for `length`
+    (programs.refine): derived by the server itself from the two, so that a child can only fill it for a
+    program the server sent that child."""
+    return hashlib.sha256(f"{base}:{int(length)}".encode()).hexdigest()
+
+
 def keys_of(handover, depth: int = 0) -> set:
     """The keys of every program text in a hand-over (any "text" string inside it)."""
     found = set()
@@ -77,7 +84,10 @@ class Memo:
 
     def offer(self, compiled: Compiled, allowed: set) -> bool:
         """Keep a child's program (wire.Compiled) if its key is one of `allowed` (texts the server sent that
-        child) and it fits."""
+        child), or is refined_key of one of them and a length, and it fits."""
+        if compiled.base:
+            return compiled.base in allowed and compiled.key == refined_key(compiled.base, compiled.length) \
+                and self._keep(compiled.key, compiled.blob)
         return compiled.key in allowed and self._keep(compiled.key, compiled.blob)
 
     def preload(self, entries: dict) -> None:
@@ -185,8 +195,10 @@ def install(blobs: dict, send) -> None:
 
     compile_program = programs.compile_program
 
-    def compile_or_load(text: str):
-        name = key(text)
+    def compile_or_load(text: str, refined_from: tuple | None = None):
+        """refined_from: (the key of the program made for every length, the length) when `text` is it made
+        static (judge.Programs): memoized under refined_key, for this server's later children only."""
+        name = key(text) if refined_from is None else refined_key(*refined_from)
         data = blobs.get(name)
         if data is not None:
             try:
@@ -195,7 +207,8 @@ def install(blobs: dict, send) -> None:
                 pass  # compiled again below
         executable = compile_program(text)
         try:
-            send(Compiled(name, base64.b64encode(serialize(executable)).decode()))
+            blob = base64.b64encode(serialize(executable)).decode()
+            send(Compiled(name, blob) if refined_from is None else Compiled(name, blob, *refined_from))
         except Exception:
             pass  # not kept: the next student's child compiles it again
         return executable

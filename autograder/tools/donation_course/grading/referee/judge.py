@@ -58,6 +58,7 @@ from .asks import (  # noqa: F401  (ANSWERS: judge.ANSWERS, as before)
     signature_key,
     sized,
 )
+from .compiled import key as memo_key
 from .screen import Refused, screen, screen_symbolic
 from .verdict import FAIL, PASS, UNJUDGED, Verdict
 
@@ -139,10 +140,12 @@ class Programs:
                 said += (". The grader lowers it once for every length n (jax.export.symbolic_shape) and runs it at "
                          "lengths it picks: it must work for any length, with no Python that depends on the length.")
             raise _Unjudged(said)
-        text = one.get("text")
+        text, refined_from = one.get("text"), None
         if is_symbolic(signature):  # one program for every length: made static for the length the referee drew
             if length is None:
                 raise _Unjudged(f"the grader has no length to run {self.answer.function}'s program for {key} at.")
+            if isinstance(text, str):
+                refined_from = (memo_key(text), length)  # the memo's key for it (compiled.refined_key)
             text = self._refined(key, text, length)
         try:
             program = screen(text)
@@ -158,7 +161,7 @@ class Programs:
             if program.partitions > 1:
                 executable = programs.compile_sharded(program.text, program.partitions)
             else:
-                executable = programs.compile_program(program.text)
+                executable = programs.compile_program(program.text, refined_from)
         except Exception as exc:
             raise _Unjudged(f"the program of {self.answer.function} for {key} does not compile: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None

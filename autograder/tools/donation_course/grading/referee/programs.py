@@ -81,8 +81,9 @@ def _cpu():
     return xla_bridge.get_backend("cpu")
 
 
-def compile_program(text: str):
-    """The program compiled and loaded on the first CPU device, one replica, one partition."""
+def compile_program(text: str, refined_from: tuple | None = None):
+    """The program compiled and loaded on the first CPU device, one replica, one partition. (`refined_from` is
+    for the memo that replaces this in a referee child, compiled.install.)"""
     backend = _cpu()
     options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
     return backend.compile_and_load(text, executable_devices=xla_client.DeviceList((backend.devices()[0],)),

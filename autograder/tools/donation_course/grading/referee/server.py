@@ -133,8 +133,8 @@ def _one_child(answers: list, verdicts: list, seconds: int, memory_mb: int) -> t
         for text in lines:
             match from_child(text):  # None: a line cut by the kill, or none of the kinds
                 case Compiled() as compiled:
-                    if MEMO.offer(compiled, sent):
-                        KEPT.append(compiled)
+                    if MEMO.offer(compiled, sent) and not compiled.base:
+                        KEPT.append(compiled)  # (a program made static at this server's own length stays here)
                 case AnswerDone(index=index) if index == finished:
                     finished += 1
                     deadline = time.monotonic() + seconds  # the next answer's own time

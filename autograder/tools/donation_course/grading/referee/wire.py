@@ -58,9 +58,13 @@ class AnswerDone:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A program the child compiled: its key (compiled.key of its text) and the executable, base64."""
+    """A program the child compiled: its key (compiled.key of its text) and the executable, base64. A program
+    made static for a length from one compiled for every length (programs.refine) names that program's key
+    (`base`) and the length: its key is then compiled.refined_key(base, length)."""
     key: str
     blob: str
+    base: str = ""
+    length: int = 0
 
 
 def line(message: Ready | Request | Reply | AnswerDone | Compiled | Verdict) -> bytes:
@@ -75,8 +79,10 @@ def line(message: Ready | Request | Reply | AnswerDone | Compiled | Verdict) -> 
                     "compiled": [{"compiled": c.key, "blob": c.blob} for c in compiled]}
         case AnswerDone(index=index):
             data = {"done": index}
-        case Compiled(key=key, blob=blob):
+        case Compiled(key=key, blob=blob, base="") if not message.length:
             data = {"compiled": key, "blob": blob}
+        case Compiled(key=key, blob=blob, base=base, length=length):
+            data = {"compiled": key, "blob": blob, "base": base, "length": length}
         case Verdict():
             data = message.to_dict()
         case _:
@@ -141,6 +147,9 @@ def from_child(text: bytes) -> Verdict | AnswerDone | Compiled | None:
             return AnswerDone(index)
         case {"compiled": str(key), "blob": str(blob)} if len(data) == 2:
             return Compiled(key, blob)
+        case {"compiled": str(key), "blob": str(blob), "base": str(base), "length": int(length)} \
+                if len(data) == 4 and not isinstance(length, bool):
+            return Compiled(key, blob, base, length)
     try:
         return _verdict(data)
     except ValueError:
