@@ -26,6 +26,10 @@ Figures, all measured here on the same machine in the same run:
      ours alternating (serial first in even rounds, ours first in odd ones:
      a neighbour's load falls on both alike), with the set-up's parts of
      each first run (logs/timings.json) and the load average.
+  --cpu: where the CPU goes: N submissions graded on a warm course (the class graded once before, as the
+     warm run above) and by serial `nbgrader autograde`, each process of the tree sampled every 0.03 s (its
+     user and system time, psutil), summed by role: the run's own process, the grading processes (nbgrader,
+     the referee's client), the kernels, their launchers and zygotes, the referee servers and their children.
   --setup: a class of 8 on a warm course (generated, compile cache filled,
      graded once): the run's setup, read from its logs/timings.json
      (target: at most 3 s), and the peak memory of the whole process tree
@@ -37,6 +41,7 @@ Everything runs in scratch courses; autograder/ is never touched.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -124,7 +129,10 @@ def main():
     p.add_argument("--setup", action="store_true", help="setup and peak memory of a small class (8 by default)")
     p.add_argument("--cold", action="store_true", help="a fresh course's first run against serial nbgrader")
     p.add_argument("--rounds", type=int, default=3, help="--cold: how many fresh courses (and serial runs)")
+    p.add_argument("--cpu", action="store_true", help="CPU seconds by process role, ours and serial nbgrader's")
     a = p.parse_args()
+    if a.cpu:
+        return cpu_by_role(a)
     if a.sandbox_only:
         return sandbox_cost(a)
     if a.setup:
@@ -316,6 +324,118 @@ def tree_memory(cmd, cwd=ROOT) -> tuple[float, int, int]:
     if proc.returncode:
         raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{out[-3000:]}")
     return wall, peak["rss"], peak["pss"]
+
+
+def _role(pid: int, name: str, cmd: str, root: int) -> str:
+    """A process's role, from its name and command line as last seen (a forked kernel and the zygote name
+    themselves after they start)."""
+    if pid == root:
+        return "the run's own process (collect, merge, reports)"
+    if name == "dl-kernel" or "ipykernel_launcher" in cmd:
+        return "kernels (the notebook's cells and the hidden checks)"
+    if name in ("dl-kzygote", "dl-kjoin"):
+        return "kernel zygotes (one per grading process)"
+    if "referee.server" in cmd:
+        return "referee servers and their children"
+    if re.search(r"integrity\.kernel( |$)", cmd) or name in ("bwrap", "cat"):
+        return "kernel launchers and bubblewrap"
+    if "donation_course.cli" in cmd:
+        return "grading processes (nbgrader, the referee's client, feedback)"
+    return f"other ({name})"
+
+
+def tree_cpu(cmd, cwd=ROOT) -> tuple[float, dict]:
+    """Run cmd; (wall seconds, {role: CPU seconds}) of it and all its descendants, each process's user and system
+    time as last sampled (every 0.03 s: up to that much of a process's end is missed). The sampling loads the
+    machine too: the wall times are not the throughput benchmark's."""
+    import psutil
+
+    last = {}  # (pid, create time) -> (name, command line, cpu seconds), as last sampled
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=venv_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+
+    def sample():
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for q in tree:
+                try:
+                    with q.oneshot():
+                        key, times = (q.pid, q.create_time()), q.cpu_times()
+                        cmd = last[key][1] if key in last else " ".join(q.cmdline())
+                        last[key] = (q.name(), cmd, times.user + times.system)
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    pass
+            done.wait(0.03)
+
+    t = time.perf_counter()
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out, _ = proc.communicate()
+    wall = time.perf_counter() - t
+    done.set()
+    sampler.join()
+    if proc.returncode:
+        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{out[-3000:]}")
+    roles = {}
+    for (pid, _), (name, cmd, cpu) in last.items():
+        role = _role(pid, name, cmd, proc.pid)
+        roles[role] = roles.get(role, 0.0) + cpu
+    return wall, roles
+
+
+def cell_seconds(autograded: Path) -> dict:
+    """{cell: mean seconds} over the autograded notebooks, from nbclient's execution timestamps; a cell is named
+    by its grade id, else its first line."""
+    import datetime as dt
+
+    found = {}
+    for path in autograded.rglob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            times = cell.get("metadata", {}).get("execution", {})
+            if cell.cell_type != "code" or not {"iopub.execute_input", "shell.execute_reply"} <= set(times):
+                continue
+            start, end = (dt.datetime.fromisoformat(times[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            name = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.source.strip().split("\n")[0][:50]
+            found.setdefault(name, []).append((end - start).total_seconds())
+    return {name: sum(v) / len(v) for name, v in found.items()}
+
+
+def cpu_by_role(a):
+    n = a.n if a.n != 40 else 20
+    with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
+        tmp = Path(tmp)
+        files = submissions(tmp, n)
+        course = make_course(tmp / "course")
+        grade_cmd = [ROOT / "course", "grade", files, "--course", course, "--workers", a.workers, "--no-progress"]
+        sh(grade_cmd)  # the course's first run (generated, compile cache filled, the referee's programs kept)
+        wall, ours = tree_cpu(grade_cmd)
+        cells = cell_seconds(course / "autograded")
+        serial = serial_course(tmp / "serial", files)
+        s_wall, theirs = tree_cpu(nbgrader_command("autograde", ASSIGNMENT, "--force"), cwd=serial)
+    print(f"\n{n} submissions, {a.workers} workers, {os.cpu_count()} cores: CPU seconds by process role\n")
+    print("| role | `./course grade` (warm course) | per submission | serial `nbgrader autograde` | per submission |")
+    print("|---|---|---|---|---|")
+    for role in sorted(set(ours) | set(theirs), key=lambda r: -max(ours.get(r, 0), theirs.get(r, 0))):
+        mine, its = ours.get(role), theirs.get(role)
+        print(f"| {role} | {f'{mine:.1f} s' if mine else ''} | {f'{mine / n:.2f} s' if mine else ''} "
+              f"| {f'{its:.1f} s' if its else ''} | {f'{its / n:.2f} s' if its else ''} |")
+    total, s_total = sum(ours.values()), sum(theirs.values())
+    print(f"| **all** | **{total:.1f} s** | **{total / n:.2f} s** | **{s_total:.1f} s** | **{s_total / n:.2f} s** |")
+    print(f"| wall time | {wall:.1f} s | | {s_wall:.1f} s | |")
+    print(f"\nCPU over wall time: {total / wall:.2f} cores busy on average (ours), {s_total / s_wall:.2f} (serial)")
+    print("\nThe kernels' cells, wall time from the execute request to its reply (nbclient's timestamps in the "
+          "autograded notebooks), mean over the submissions, the slowest first:\n")
+    print("| cell | seconds |\n|---|---|")
+    for name, seconds in sorted(cells.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"| {name} | {seconds:.3f} |")
+    print(f"| all cells | {sum(cells.values()):.3f} |")
+    print(f"\nreproduce: .venv/instructor/bin/python benchmarks/bench_grading.py --cpu --n {n} --workers {a.workers}")
 
 
 def setup_and_memory(a):

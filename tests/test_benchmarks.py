@@ -27,6 +27,17 @@ def test_the_grading_benchmark_runs_to_its_table():
     assert re.search(r"^\| 1 \|( [\d.]+ s \|){11} [\d.]+x \|$", r.stdout, re.M), r.stdout
 
 
+def test_the_grading_benchmarks_cpu_table_runs_and_names_each_role():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_grading.py"), "--cpu", "--n", "1",
+                        "--workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for role in ("the run's own process", "grading processes", "kernels (", "kernel launchers", "kernel zygotes",
+                 "referee servers"):
+        assert re.search(rf"^\| {re.escape(role)}[^\n]*\| [\d.]+ s \| [\d.]+ s \|", r.stdout, re.M), (role, r.stdout)
+    assert re.search(r"^\| kernels \([^|]*\|( [\d.]+ s \|){4}$", r.stdout, re.M), r.stdout  # serial's kernels too
+    assert re.search(r"^\| \*\*all\*\* \|", r.stdout, re.M) and "cores busy on average" in r.stdout, r.stdout
+
+
 def test_the_cluster_benchmark_runs_to_its_table():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cluster.py"), "--n", "2", "--workers", "1",
                         "--once"], cwd=ROOT, capture_output=True, text=True, timeout=900)
