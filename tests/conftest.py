@@ -4,6 +4,7 @@ through the README's lab command. What the tests share that is not a fixture
 is in helpers.py; how tests are shared out between pytest-xdist's processes is
 in xdist_units.py (a plugin: pyproject.toml's addopts)."""
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,16 @@ pytest.register_assert_rewrite("helpers")
 
 # (after register_assert_rewrite, see above)
 from helpers import built_once, grade_class, graded_class, make_course, start_lab, timeout_line  # noqa: E402
+
+# --- signals ---------------------------------------------------------------------------------
+# The tests that stop a run with Ctrl-C send SIGINT to a command they start. A shell that runs the suite
+# as a background job (`./course test &`, nohup, a loop script) starts it with SIGINT ignored; every
+# process it starts inherits that, and our commands keep a signal that was ignored at start ignored
+# (test_commands.py). Such a run never stops, the test fails after minutes, and its grading processes
+# are left to block the next tests. So the suite's own processes (xdist's too: each imports this) take
+# SIGINT back, and those tests check the command, not how the suite was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # --- tiers: `./course test` runs everything; `./course test --fast` the everyday tier ---------
 #
