@@ -75,7 +75,7 @@ SLEEP = "\nimport time\ntime.sleep(900)\n"
 UNENDING = ["--workers", "2", "--timeout", "900", "--cell-timeout", "800", "--no-progress"]
 # The killed-worker test's run: a sleeping cell ends, and its student is graded, after KILL_CELL seconds;
 # w1 is killed while its kernel is younger than half that, so at least KILL_CELL / 2 seconds before it ends.
-KILL_CELL = round(max(12, 6 * LIMIT_SCALE))  # and at least the other runs' cell limit (helpers.GRADE_LIMITS)
+KILL_CELL = round(12 * LIMIT_SCALE)  # and at least the other runs' cell limit (helpers.GRADE_LIMITS)
 KILL_LIMITS = ["--workers", "2", "--timeout", str(round(150 * LIMIT_SCALE)), "--cell-timeout", str(KILL_CELL),
                "--no-progress"]
 
