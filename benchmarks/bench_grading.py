@@ -289,30 +289,22 @@ def cold_course(a):
           f"--rounds {a.rounds}")
 
 
-def tree_memory(cmd, cwd=ROOT) -> tuple[float, int, int]:
-    """Run cmd; (wall seconds, peak RSS sum, peak PSS sum) of it and all its descendants, in bytes."""
+def sampled(cmd, look, cwd=ROOT, every: float = 0.05) -> float:
+    """Run cmd; call look(its psutil.Process) every `every` seconds in a thread until it ends (look returns
+    False to stop looking). Returns the wall seconds; stops the benchmark if cmd fails."""
     import psutil
 
-    peak = {"rss": 0, "pss": 0}
     proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=venv_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     done = threading.Event()
 
     def sample():
-        root = psutil.Process(proc.pid)
-        while not done.is_set():
-            rss = pss = 0
-            try:
-                for q in [root, *root.children(recursive=True)]:
-                    try:
-                        info = q.memory_full_info()
-                        rss, pss = rss + info.rss, pss + info.pss
-                    except (psutil.NoSuchProcess, psutil.AccessDenied):
-                        pass
-            except psutil.NoSuchProcess:
-                return
-            peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
-            done.wait(0.05)
+        try:
+            root = psutil.Process(proc.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not done.is_set() and look(root) is not False:
+            done.wait(every)
 
     t = time.perf_counter()
     sampler = threading.Thread(target=sample)
@@ -323,6 +315,29 @@ def tree_memory(cmd, cwd=ROOT) -> tuple[float, int, int]:
     sampler.join()
     if proc.returncode:
         raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{out[-3000:]}")
+    return wall
+
+
+def tree_memory(cmd, cwd=ROOT) -> tuple[float, int, int]:
+    """Run cmd; (wall seconds, peak RSS sum, peak PSS sum) of it and all its descendants, in bytes."""
+    import psutil
+
+    peak = {"rss": 0, "pss": 0}
+
+    def look(root):
+        rss = pss = 0
+        try:
+            for q in [root, *root.children(recursive=True)]:
+                try:
+                    info = q.memory_full_info()
+                    rss, pss = rss + info.rss, pss + info.pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+        except psutil.NoSuchProcess:
+            return False
+        peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
+
+    wall = sampled(cmd, look, cwd)
     return wall, peak["rss"], peak["pss"]
 
 
@@ -351,39 +366,27 @@ def tree_cpu(cmd, cwd=ROOT) -> tuple[float, dict]:
     import psutil
 
     last = {}  # (pid, create time) -> (name, command line, cpu seconds), as last sampled
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=venv_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    done = threading.Event()
+    root_pid = []
 
-    def sample():
-        root = psutil.Process(proc.pid)
-        while not done.is_set():
+    def look(root):
+        root_pid[:] = [root.pid]
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return False
+        for q in tree:
             try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                return
-            for q in tree:
-                try:
-                    with q.oneshot():
-                        key, times = (q.pid, q.create_time()), q.cpu_times()
-                        cmd = last[key][1] if key in last else " ".join(q.cmdline())
-                        last[key] = (q.name(), cmd, times.user + times.system)
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    pass
-            done.wait(0.03)
+                with q.oneshot():
+                    key, times = (q.pid, q.create_time()), q.cpu_times()
+                    cmd = last[key][1] if key in last else " ".join(q.cmdline())
+                    last[key] = (q.name(), cmd, times.user + times.system)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
 
-    t = time.perf_counter()
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    out, _ = proc.communicate()
-    wall = time.perf_counter() - t
-    done.set()
-    sampler.join()
-    if proc.returncode:
-        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{out[-3000:]}")
+    wall = sampled(cmd, look, cwd, every=0.03)
     roles = {}
-    for (pid, _), (name, cmd, cpu) in last.items():
-        role = _role(pid, name, cmd, proc.pid)
+    for (pid, _), (name, command, cpu) in last.items():
+        role = _role(pid, name, command, root_pid[0] if root_pid else -1)
         roles[role] = roles.get(role, 0.0) + cpu
     return wall, roles
 
