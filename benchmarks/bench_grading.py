@@ -409,14 +409,21 @@ def cell_seconds(autograded: Path) -> dict:
     return {name: sum(v) / len(v) for name, v in found.items()}
 
 
+def warm_course(tmp: Path, n: int, workers: int) -> tuple[Path, Path, list]:
+    """n submissions and a course that has graded them once (generated, compile cache filled, the referee's
+    programs kept): (the submissions, the course, the command that grades them again)."""
+    files = submissions(tmp, n)
+    course = make_course(tmp / "course")
+    grade_cmd = [ROOT / "course", "grade", files, "--course", course, "--workers", workers, "--no-progress"]
+    sh(grade_cmd)
+    return files, course, grade_cmd
+
+
 def cpu_by_role(a):
     n = a.n if a.n != 40 else 20
     with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
         tmp = Path(tmp)
-        files = submissions(tmp, n)
-        course = make_course(tmp / "course")
-        grade_cmd = [ROOT / "course", "grade", files, "--course", course, "--workers", a.workers, "--no-progress"]
-        sh(grade_cmd)  # the course's first run (generated, compile cache filled, the referee's programs kept)
+        files, course, grade_cmd = warm_course(tmp, n, a.workers)
         wall, ours = tree_cpu(grade_cmd)
         cells = cell_seconds(course / "autograded")
         serial = serial_course(tmp / "serial", files)
@@ -426,8 +433,9 @@ def cpu_by_role(a):
     print("|---|---|---|---|---|")
     for role in sorted(set(ours) | set(theirs), key=lambda r: -max(ours.get(r, 0), theirs.get(r, 0))):
         mine, its = ours.get(role), theirs.get(role)
-        print(f"| {role} | {f'{mine:.1f} s' if mine else ''} | {f'{mine / n:.2f} s' if mine else ''} "
-              f"| {f'{its:.1f} s' if its else ''} | {f'{its / n:.2f} s' if its else ''} |")
+        print(f"| {role} | {f'{mine:.1f} s' if mine is not None else ''} "
+              f"| {f'{mine / n:.2f} s' if mine is not None else ''} "
+              f"| {f'{its:.1f} s' if its is not None else ''} | {f'{its / n:.2f} s' if its is not None else ''} |")
     total, s_total = sum(ours.values()), sum(theirs.values())
     print(f"| **all** | **{total:.1f} s** | **{total / n:.2f} s** | **{s_total:.1f} s** | **{s_total / n:.2f} s** |")
     print(f"| wall time | {wall:.1f} s | | {s_wall:.1f} s | |")
@@ -445,10 +453,7 @@ def setup_and_memory(a):
     n = a.n if a.n != 40 else 8
     with tempfile.TemporaryDirectory(prefix="bench-setup-") as tmp:
         tmp = Path(tmp)
-        files = submissions(tmp, n)
-        course = make_course(tmp / "course")
-        grade_cmd = [ROOT / "course", "grade", files, "--course", course, "--workers", a.workers, "--no-progress"]
-        sh(grade_cmd)  # warms the course: assignment generated, compile cache filled, the class graded once
+        files, course, grade_cmd = warm_course(tmp, n, a.workers)
         rows = []
         for _ in range(3):
             wall, rss, pss = tree_memory(grade_cmd)
