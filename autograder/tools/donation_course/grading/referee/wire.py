@@ -76,18 +76,34 @@ def line(message: Ready | Request | Reply | AnswerDone | Compiled | Verdict) -> 
             data = {"answers": answers, "seconds": seconds, "memory_mb": memory_mb, "memo": memo}
         case Reply(verdicts=verdicts, seconds=seconds, compiled=compiled):
             data = {"verdicts": [v.to_dict() for v in verdicts], "seconds": seconds,
-                    "compiled": [{"compiled": c.key, "blob": c.blob} for c in compiled]}
+                    "compiled": [_compiled_data(c) for c in compiled]}
         case AnswerDone(index=index):
             data = {"done": index}
-        case Compiled(key=key, blob=blob, base="") if not message.length:
-            data = {"compiled": key, "blob": blob}
-        case Compiled(key=key, blob=blob, base=base, length=length):
-            data = {"compiled": key, "blob": blob, "base": base, "length": length}
+        case Compiled():
+            data = _compiled_data(message)
         case Verdict():
             data = message.to_dict()
         case _:
             raise TypeError(f"not a referee message: {message!r}")
     return (json.dumps(data) + "\n").encode()
+
+
+def _compiled_data(compiled: Compiled) -> dict:
+    data = {"compiled": compiled.key, "blob": compiled.blob}
+    if compiled.base or compiled.length:
+        data |= {"base": compiled.base, "length": compiled.length}
+    return data
+
+
+def _compiled(data) -> Compiled | None:
+    """A Compiled read back from its JSON object; None for an object that is not one."""
+    match data:
+        case {"compiled": str(key), "blob": str(blob)} if len(data) == 2:
+            return Compiled(key, blob)
+        case {"compiled": str(key), "blob": str(blob), "base": str(base), "length": int(length)} \
+                if len(data) == 4 and not isinstance(length, bool):
+            return Compiled(key, blob, base, length)
+    return None
 
 
 def _object(text: bytes | str) -> dict:
@@ -127,12 +143,10 @@ def read_reply(text: bytes) -> Reply:
     verdicts, seconds, compiled = data.get("verdicts"), data.get("seconds"), data.get("compiled", [])
     if not isinstance(verdicts, list) or not isinstance(seconds, int | float) or isinstance(seconds, bool):
         raise ValueError(f"not a referee reply: {text[:200]!r}")
-    if not (isinstance(compiled, list) and all(isinstance(c, dict) and set(c) == {"compiled", "blob"} and
-                                               isinstance(c["compiled"], str) and isinstance(c["blob"], str)
-                                               for c in compiled)):
+    kept = [_compiled(c) for c in compiled] if isinstance(compiled, list) else [None]
+    if any(c is None or c.base or c.length for c in kept):  # (a reply carries no program made static)
         raise ValueError(f"not a referee reply's compiled programs: {text[:200]!r}")
-    return Reply(tuple(_verdict(v) for v in verdicts), float(seconds),
-                 tuple(Compiled(c["compiled"], c["blob"]) for c in compiled))
+    return Reply(tuple(_verdict(v) for v in verdicts), float(seconds), tuple(kept))
 
 
 def from_child(text: bytes) -> Verdict | AnswerDone | Compiled | None:
@@ -145,11 +159,9 @@ def from_child(text: bytes) -> Verdict | AnswerDone | Compiled | None:
     match data:
         case {"done": int(index)} if len(data) == 1 and not isinstance(index, bool):
             return AnswerDone(index)
-        case {"compiled": str(key), "blob": str(blob)} if len(data) == 2:
-            return Compiled(key, blob)
-        case {"compiled": str(key), "blob": str(blob), "base": str(base), "length": int(length)} \
-                if len(data) == 4 and not isinstance(length, bool):
-            return Compiled(key, blob, base, length)
+    compiled = _compiled(data)
+    if compiled is not None:
+        return compiled
     try:
         return _verdict(data)
     except ValueError:
