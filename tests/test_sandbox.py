@@ -17,6 +17,7 @@ from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
 from donation_course.grading.integrity.audit import end_source
 from donation_course.grading.integrity.scan import scan_notebook, scan_source
 from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, gradebook_scores, make_course, read_grades
+from kernel_runner import KernelRunner
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
@@ -108,7 +109,10 @@ def run_in_sandbox(tmp_path, code, cache=None, trusted=(), forked=True, audit=Tr
     kernel's audit records). `forked`: the kernel is forked into its sandbox
     from the worker's kernel zygote (the default, kernel_zygote.py), else
     started as a new Python there (kernel.py's --inner step, its fallback).
-    `audit`: c.GradingSettings.audit (the runtime audit, on by default)."""
+    `audit`: c.GradingSettings.audit (the runtime audit, on by default).
+    Without a cache the kernel comes from this test process's kernel runner
+    (kernel_runner.py: one zygote for all its kernels, as in a worker); with
+    one, from a Python of its own, whose zygote gets that cache."""
     script = tmp_path / "k.py"
     script.write_text(f"""
 import json, os, sys, tempfile
@@ -157,6 +161,10 @@ print("AUDIT " + json.dumps(audit))
     cwd.mkdir(parents=True)
     (cwd / "mine.txt").write_text("alice's file")
     cells = [code] if isinstance(code, str) else list(code)
+    if cache is None:
+        reply = KERNELS.run({"cwd": str(cwd), "cells": cells, "trusted": list(trusted), "forked": forked,
+                             "audit": audit})
+        return course, cwd, reply["out"] + "\n" + "AUDIT " + json.dumps(reply["audit"]) + "\n"
     r = subprocess.run([sys.executable, str(script), str(cwd), json.dumps(cells), json.dumps(list(trusted))],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -446,6 +454,7 @@ def test_feedback_strips_what_learner_code_printed_in_grade_cells_and_server_pat
 # --- the runtime audit (audit.py) ----------------------------------------------------
 
 TOKEN = "0123456789abcdef0123456789abcdef"  # this file's kernels' end token (run_in_sandbox)
+KERNELS = KernelRunner(TOKEN)  # this test process's kernels, one zygote for all (kernel_runner.py)
 END = end_source(TOKEN)
 
 
