@@ -4,6 +4,7 @@ folder in a copy of the course template (conftest.graded_corpus;
 xdist_units.SHARED_FIXTURE_UNITS keeps these tests on one xdist worker):
 every case's score and reason, the gradebook, the feedback pages,
 --only-changed (in a copy), and serial nbgrader's scores on the same files."""
+import json
 import shutil
 
 import nbformat
@@ -11,6 +12,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER
+from donation_course.grading.run.state import journal_of
 from helpers import GRADE_LIMITS, grade, gradebook_scores, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
@@ -51,6 +53,10 @@ def test_gradebook_holds_every_student_with_the_csv_scores(graded):
     for student, nbs in scores.items():
         assert nbs[EX] == float(rows[student][EX]), student
     assert list(course.glob("gradebook.db.bak-*")), "no backup was made before writing"
+    # each student went into the state's journal as graded; the run's end wrote the whole file and removed it
+    state = course / ".grading" / "state.json"
+    assert not journal_of(state).exists()
+    assert set(json.loads(state.read_text())["students"]) == set(corpus.CASES)
 
 
 def test_every_autograded_notebook_is_a_valid_notebook(graded):

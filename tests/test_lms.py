@@ -13,7 +13,8 @@ import nbformat
 import pytest
 
 from donation_course.corpus import exercise as corpus
-from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
+from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
+from donation_course.grading.run.state import load_state
 from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
@@ -402,11 +403,10 @@ def test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp(tmp_p
     proc = subprocess.Popen([str(ROOT / "course"), "grade", str(archive), "--course", str(course), *unending],
                             env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    state = course / ".grading" / "state.json"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if state.exists() and '"summary"' in state.read_text():
-            break  # at least one student is in; others are being graded
+        if load_state(Course(course).state_file, print).students:
+            break  # at least one student is in (the state's journal); others are being graded
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signum)

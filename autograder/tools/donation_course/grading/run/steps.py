@@ -39,7 +39,7 @@ from .deadlines import penalty_plugin, read_extensions
 from .prepare import digest_files, draw_secret, prepare
 from .progress import NoProgress, progress_bar
 from .settings import GradingSettings
-from .state import StudentState, run_lock, save_state, write_atomic
+from .state import StudentState, record_student, run_lock, save_state, write_atomic
 
 # Exit codes of `./course grade` (docs/instructor-guide.md, "Exit codes"); argparse's usage errors are 2.
 EXIT_ALL_GRADED = 0  # every student graded, and nobody needs you
@@ -222,7 +222,7 @@ class Run:
             summary.status = Status.PARTIAL.value
         summary.content, summary.reviews = answers.graded, answers.reviews
         self.state.students[sid] = StudentState(hash=self.hashes.get(sid, ""), summary=summary)
-        save_state(self.state_path, self.state)
+        record_student(self.state_path, sid, self.state.students[sid])  # the whole file at the run's end
         self.write_page(result, row_of(self.course, sid, summary))
 
     def write_page(self, result: StudentResult, row: dict) -> Path:

@@ -1,0 +1,109 @@
+"""The grader's state file and its journal (grading/run/state.py): a run
+appends one line per graded student instead of writing the whole file again,
+and every reader sees the file with the journal read over it."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from donation_course.grading.results.result import Summary
+from donation_course.grading.run.state import (
+    State,
+    StudentState,
+    journal_of,
+    load_state,
+    record_student,
+    save_state,
+)
+
+
+def entry(status: str, digest: str = "d") -> StudentState:
+    return StudentState(hash=digest, summary=Summary(status=status, reasons=[f"{status} reason"], files="a.ipynb",
+                                                     content={"nb": digest}))
+
+
+def said():
+    lines = []
+    return lines, lines.append
+
+
+def test_a_student_recorded_is_read_back_over_the_file_and_a_whole_write_takes_the_journal_in(tmp_path):
+    path = tmp_path / "state.json"
+    save_state(path, State(source="src", students={"ann": entry("ok", "a1"), "bob": entry("partial", "b1")}))
+    record_student(path, "bob", entry("ok", "b2"))      # bob regraded: the journal's line wins
+    record_student(path, "cy", entry("flagged", "c1"))  # a student the file has not seen
+    assert json.loads(path.read_text())["students"]["bob"]["hash"] == "b1"  # the file itself is untouched
+    lines, say = said()
+    state = load_state(path, say)
+    assert lines == []
+    assert state.source == "src" and sorted(state.students) == ["ann", "bob", "cy"]
+    assert state.students["bob"] == entry("ok", "b2") and state.students["cy"] == entry("flagged", "c1")
+    assert state.students["ann"] == entry("ok", "a1")
+    save_state(path, state)
+    assert not journal_of(path).exists()
+    assert load_state(path, say) == state and lines == []
+
+
+def test_a_line_cut_short_is_left_out_and_a_damaged_line_rebuilds_in_one_line(tmp_path):
+    path = tmp_path / "state.json"
+    save_state(path, State(source="src", students={"ann": entry("ok")}))
+    record_student(path, "bob", entry("ok"))
+    with open(journal_of(path), "a", encoding="utf-8") as fh:
+        fh.write('{"student": "cy", "hash": "c1", "summ')  # killed mid-write: no newline
+    lines, say = said()
+    state = load_state(path, say)
+    assert sorted(state.students) == ["ann", "bob"] and lines == []
+    # a whole line that is not a student's record: the state is damaged, said once, and rebuilt
+    journal_of(path).write_text('{"student": "bob", "hash": "b"}\nnot json\n', encoding="utf-8")
+    state = load_state(path, say)
+    assert state == State() and len(lines) == 1
+    assert str(journal_of(path)) in lines[0] and "rebuilding it from the gradebook" in lines[0]
+
+
+def test_without_a_journal_or_a_file_the_state_reads_as_before(tmp_path):
+    path = tmp_path / "state.json"
+    lines, say = said()
+    assert load_state(path, say) == State() and lines == []
+    record_student(path, "ann", entry("ok"))  # a journal without its file: read over an empty state
+    assert load_state(path, say) == State(students={"ann": entry("ok")}) and lines == []
+    path.write_text("{", encoding="utf-8")  # a damaged file, journal or not
+    assert load_state(path, say) == State() and len(lines) == 1 and str(path) in lines[0]
+
+
+def test_a_recorded_student_survives_a_kill_right_after_the_call(tmp_path):
+    """record_student returns once the line is on disk: a process killed (SIGKILL) right after keeps it."""
+    path = tmp_path / "state.json"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from donation_course.grading.results.result import Summary
+        from donation_course.grading.run.state import State, StudentState, record_student, save_state
+        path = __import__("pathlib").Path({str(path)!r})
+        save_state(path, State(source="src"))
+        for sid in ("ann", "bob"):
+            record_student(path, sid, StudentState(hash=sid, summary=Summary(status="ok")))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    lines, say = said()
+    state = load_state(path, say)
+    assert sorted(state.students) == ["ann", "bob"] and lines == []
+    assert state.students["bob"].hash == "bob" and state.students["bob"].summary.status == "ok"
+
+
+def test_a_full_disk_names_the_journal(tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "state.json"
+
+    def no_room(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", no_room)
+    try:
+        record_student(path, "ann", entry("ok"))
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC and exc.filename == str(journal_of(path))
+    else:
+        raise AssertionError("a full disk went unnoticed")
