@@ -61,3 +61,23 @@ def test_the_lessons_benchmark_runs_to_its_table():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_lessons.py"), "--lesson", "99_none.ipynb"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no such lesson in solutions/: 99_none.ipynb" in r.stderr, r.stderr
+
+
+def test_the_referee_benchmark_runs_to_its_table():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_referee.py"), "--n", "2", "--workers", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for row in ("`./course grade` wall time", "worker time per submission", "referee time per submission (all n)",
+                "referee time per judged submission: median, max", "the referee's share of grading time"):
+        assert re.search(rf"^\| {re.escape(row)}[^\n]*\| [\d.]+ s(, [\d.]+ s)? \|$|^\| {re.escape(row)} \| \d+% \|$",
+                         r.stdout, re.M), (row, r.stdout)
+    assert "the referee judged 2 of them" in r.stdout, r.stdout  # both right answers: the referee judges each
+
+
+def test_the_state_benchmark_runs_to_its_table():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_state.py"), "--n", "200", "--repeat", "2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for row in ("the whole state file written again (save_state)", "one line appended to the journal"):
+        assert re.search(rf"^\| {re.escape(row)}[^\n]*\| [\d.]+ ms \| [\d.]+ min \|$", r.stdout, re.M), (row, r.stdout)
+    assert re.search(r"^reading the state back with a journal of 200 lines \(load_state\): [\d.]+ s$", r.stdout, re.M)

@@ -53,6 +53,7 @@ UNIT_SECONDS = {"corpus": 130, "binder": 95, "browser": 120, "browser_wrong_answ
                 "test_benchmarks.py::test_the_grading_benchmark_runs_to_its_table": 60,
                 "test_benchmarks.py::test_the_cluster_benchmark_runs_to_its_table": 70,
                 "test_benchmarks.py::test_the_lessons_benchmark_runs_to_its_table": 30,
+                "test_benchmarks.py::test_the_referee_benchmark_runs_to_its_table": 20,
                 "test_exchange.py::test_release_fetch_submit_collect_grade_feedback": 34,
                 "test_lms.py::test_interrupted_run_rerun_holds_every_student_once_and_leaves_no_temp": 22,
                 "test_grading.py::test_whole_submission_time_limit_stops_an_uninterruptible_loop": 22,
