@@ -56,10 +56,12 @@ def main():
         state = State(source="s" * 64, students={f"s{i:05d}": student(i) for i in range(a.n)})
         whole = timed(lambda k: save_state(path, state), a.repeat)
         size = path.stat().st_size
-        line = timed(lambda k: record_student(path, f"s{k:05d}", student(k)), a.repeat)
-        save_state(path, State(source="s" * 64))
+        line = timed(lambda k: record_student(path, state, f"s{k:05d}"), a.repeat)
+        run = State(source="s" * 64)
+        save_state(path, run)
         for i in range(a.n):
-            record_student(path, f"s{i:05d}", student(i))
+            run.students[f"s{i:05d}"] = student(i)
+            record_student(path, run, f"s{i:05d}")
         t = time.perf_counter()
         back = load_state(path, print)
         read = time.perf_counter() - t

@@ -15,6 +15,7 @@ from donation_course.grading.run.state import (
     load_state,
     record_student,
     save_state,
+    write_atomic,
 )
 
 
@@ -28,11 +29,18 @@ def said():
     return lines, lines.append
 
 
+def record(path, state: State, student: str, entry_: StudentState) -> None:
+    """What a run does with a graded student: into its state in memory, then onto the journal."""
+    state.students[student] = entry_
+    record_student(path, state, student)
+
+
 def test_a_student_recorded_is_read_back_over_the_file_and_a_whole_write_takes_the_journal_in(tmp_path):
     path = tmp_path / "state.json"
-    save_state(path, State(source="src", students={"ann": entry("ok", "a1"), "bob": entry("partial", "b1")}))
-    record_student(path, "bob", entry("ok", "b2"))      # bob regraded: the journal's line wins
-    record_student(path, "cy", entry("flagged", "c1"))  # a student the file has not seen
+    run = State(source="src", students={"ann": entry("ok", "a1"), "bob": entry("partial", "b1")})
+    save_state(path, run)
+    record(path, run, "bob", entry("ok", "b2"))      # bob regraded: the journal's line wins
+    record(path, run, "cy", entry("flagged", "c1"))  # a student the file has not seen
     assert json.loads(path.read_text())["students"]["bob"]["hash"] == "b1"  # the file itself is untouched
     lines, say = said()
     state = load_state(path, say)
@@ -45,30 +53,51 @@ def test_a_student_recorded_is_read_back_over_the_file_and_a_whole_write_takes_t
     assert load_state(path, say) == state and lines == []
 
 
-def test_a_line_cut_short_is_left_out_and_a_damaged_line_rebuilds_in_one_line(tmp_path):
+def test_journal_lines_from_before_the_files_last_whole_write_are_not_read_over_it(tmp_path):
+    """A process killed between a whole write and the journal's removal (say `feedback --accept` after a
+    killed run) leaves lines older than the file: read over it, they would undo what the file says."""
     path = tmp_path / "state.json"
-    save_state(path, State(source="src", students={"ann": entry("ok")}))
-    record_student(path, "bob", entry("ok"))
+    run = State(source="src", students={"ann": entry("ok", "a1")})
+    save_state(path, run)
+    record(path, run, "bob", entry("flagged", "b1"))  # a killed run's last student
+    later = load_state(path, print)
+    later.students["bob"] = entry("ok", "b1-accepted")
+    later.epoch = "after"  # what save_state's whole write does, without the removal that would follow
+    write_atomic(path, later.to_json())
+    lines, say = said()
+    state = load_state(path, say)
+    assert state.students["bob"] == entry("ok", "b1-accepted") and lines == []
+    record(path, later, "cy", entry("ok", "c1"))  # a line made after that whole write is read over it
+    assert load_state(path, say).students["cy"] == entry("ok", "c1") and lines == []
+
+
+def test_a_line_cut_short_is_left_out_and_a_damaged_line_is_said_and_read_up_to(tmp_path):
+    path = tmp_path / "state.json"
+    run = State(source="src", students={"ann": entry("ok")})
+    save_state(path, run)
+    record(path, run, "bob", entry("ok"))
     with open(journal_of(path), "a", encoding="utf-8") as fh:
         fh.write('{"student": "cy", "hash": "c1", "summ')  # killed mid-write: no newline
     lines, say = said()
     state = load_state(path, say)
     assert sorted(state.students) == ["ann", "bob"] and lines == []
-    # a whole line that is not a student's record: the state is damaged, said once, and rebuilt
-    journal_of(path).write_text('{"student": "bob", "hash": "b"}\nnot json\n', encoding="utf-8")
+    # a whole line that is not a student's record: said once; the file and the lines before it are kept
+    good = journal_of(path).read_text(encoding="utf-8").splitlines(keepends=True)[0]
+    journal_of(path).write_text(good + "not json\n" + good.replace('"bob"', '"dee"'), encoding="utf-8")
     state = load_state(path, say)
-    assert state == State() and len(lines) == 1
-    assert str(journal_of(path)) in lines[0] and "rebuilding it from the gradebook" in lines[0]
+    assert sorted(state.students) == ["ann", "bob"] and len(lines) == 1
+    assert f"line 2 of {journal_of(path)}" in lines[0] and "graded again" in lines[0]
 
 
 def test_without_a_journal_or_a_file_the_state_reads_as_before(tmp_path):
     path = tmp_path / "state.json"
     lines, say = said()
     assert load_state(path, say) == State() and lines == []
-    record_student(path, "ann", entry("ok"))  # a journal without its file: read over an empty state
+    record(path, State(), "ann", entry("ok"))  # a journal without its file: read over an empty state
     assert load_state(path, say) == State(students={"ann": entry("ok")}) and lines == []
-    path.write_text("{", encoding="utf-8")  # a damaged file, journal or not
+    path.write_text("{", encoding="utf-8")  # a damaged file, journal or not: every student graded again
     assert load_state(path, say) == State() and len(lines) == 1 and str(path) in lines[0]
+    assert "rebuilding it from the gradebook" in lines[0]
 
 
 def test_a_recorded_student_survives_a_kill_right_after_the_call(tmp_path):
@@ -79,9 +108,11 @@ def test_a_recorded_student_survives_a_kill_right_after_the_call(tmp_path):
         from donation_course.grading.results.result import Summary
         from donation_course.grading.run.state import State, StudentState, record_student, save_state
         path = __import__("pathlib").Path({str(path)!r})
-        save_state(path, State(source="src"))
+        state = State(source="src")
+        save_state(path, state)
         for sid in ("ann", "bob"):
-            record_student(path, sid, StudentState(hash=sid, summary=Summary(status="ok")))
+            state.students[sid] = StudentState(hash=sid, summary=Summary(status="ok"))
+            record_student(path, state, sid)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -102,7 +133,7 @@ def test_a_full_disk_names_the_journal(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", no_room)
     try:
-        record_student(path, "ann", entry("ok"))
+        record(path, State(), "ann", entry("ok"))
     except OSError as exc:
         assert exc.errno == errno.ENOSPC and exc.filename == str(journal_of(path))
     else:

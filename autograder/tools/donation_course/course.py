@@ -130,7 +130,8 @@ class Course:
                    f"the gradebook has submissions of {', '.join(owners) or 'none'} of them")
             raise CourseError(f"{top} holds the grader's files of a run made when the course had one assignment, "
                               f"and which one cannot be told ({why}): move them into {top}/<that assignment>/ "
-                              "(state.json, compile-cache, logs, the CSV files), then grade again")
+                              "(state.json and state.json.journal, compile-cache, logs, the CSV files), then grade "
+                              "again")
         dest.mkdir(exist_ok=True)
         moved = []
         for entry in sorted(top.iterdir()):

@@ -11,10 +11,11 @@ journal (`state.json.journal`, on disk before the next student is taken
 in), not the whole file written again: a class of 10,000 would otherwise
 write the file 10,000 times, about 6 MB and 0.26 s each at the end. A
 whole write (save_state, at the start and the end of a run) takes the
-journal in and removes it; load_state reads the file, then the journal
-over it, so a run killed halfway loses no student already graded. A last
-line without its newline is a write cut short by the kill, and is left
-out.
+journal in, under a new epoch, and removes it; load_state reads the file,
+then the journal lines of the file's epoch over it, so a run killed halfway
+loses no student already graded, and a journal left by a kill between a
+whole write and its removal is not read over the newer file. A last line
+without its newline is a write cut short by the kill, and is left out.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,9 +49,10 @@ class StudentState:
 class State:
     source: str = ""  # digest of the source the assignment was generated from
     students: dict[str, StudentState] = field(default_factory=dict)
+    epoch: str = ""   # a token new with each whole write (save_state): the journal lines made after it carry it
 
     def to_json(self) -> str:
-        return json.dumps({"source": self.source,
+        return json.dumps({"source": self.source, "epoch": self.epoch,
                            "students": {sid: s.to_dict() for sid, s in sorted(self.students.items())}}, indent=1)
 
     @classmethod
@@ -58,7 +61,7 @@ class State:
         if not isinstance(data, dict) or not isinstance(data.get("students", {}), dict):
             raise ValueError("not a JSON object of the expected shape")
         students = {sid: StudentState.from_dict(s) for sid, s in data.get("students", {}).items()}
-        return cls(source=str(data.get("source", "")), students=students)
+        return cls(source=str(data.get("source", "")), students=students, epoch=str(data.get("epoch", "")))
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -86,37 +89,51 @@ def journal_of(path: Path) -> Path:
     return path.with_name(path.name + ".journal")
 
 
+UNREADABLE = (ValueError, TypeError, AttributeError, KeyError, OSError, UnicodeDecodeError)
+
+
 def load_state(path: Path, say: Callable[[str], None]) -> State:
-    """The state file with its journal read over it; State() (every student graded again) when either is
-    damaged, said in one line."""
-    journal = journal_of(path)
-    where = path
+    """The state file with the journal lines made since its last whole write read over it. A damaged file:
+    State() (every student graded again); a damaged journal line: the students from it on graded again.
+    Either is said in one line."""
     try:
         state = State.from_json(path.read_text(encoding="utf-8")) if path.exists() else State()
-        where = journal
-        text = journal.read_text(encoding="utf-8") if journal.exists() else ""
-        for line in text.splitlines(keepends=True):
-            if not line.endswith("\n"):
-                break  # a write cut short: that student was not recorded
-            entry = json.loads(line)
-            state.students[str(entry["student"])] = StudentState.from_dict(entry)
-        return state
-    except (ValueError, TypeError, AttributeError, KeyError, OSError, UnicodeDecodeError) as exc:
-        say(f"warning: {where} is unreadable ({str(exc).splitlines()[0][:120]}); rebuilding it from the "
+    except UNREADABLE as exc:
+        say(f"warning: {path} is unreadable ({str(exc).splitlines()[0][:120]}); rebuilding it from the "
             "gradebook (every student is graded again)")
         return State()
+    journal = journal_of(path)
+    try:
+        lines = journal.read_text(encoding="utf-8").splitlines(keepends=True) if journal.exists() else []
+    except UNREADABLE as exc:
+        lines = [f"unreadable: {exc}\n"]
+    for number, line in enumerate(lines, 1):
+        if not line.endswith("\n"):
+            break  # a write cut short: that student was not recorded
+        try:
+            entry = json.loads(line)
+            if entry.get("epoch", "") == state.epoch:  # else made before the file's last whole write
+                state.students[str(entry["student"])] = StudentState.from_dict(entry)
+        except UNREADABLE as exc:
+            say(f"warning: line {number} of {journal} is unreadable ({str(exc).splitlines()[0][:120]}); the "
+                "students recorded from there on are graded again")
+            break
+    return state
 
 
 def save_state(path: Path, state: State) -> None:
-    """The whole state, atomically; the journal, now in the file, removed."""
+    """The whole state, atomically, under a new epoch; the journal, now in the file, removed (should that
+    fail, its lines are of an older epoch, which load_state leaves out)."""
+    state.epoch = secrets.token_hex(8)
     write_atomic(path, state.to_json())
     with contextlib.suppress(FileNotFoundError):
         journal_of(path).unlink()
 
 
-def record_student(path: Path, student: str, entry: StudentState) -> None:
-    """One student's state, appended to the journal of the state file `path` and on disk when this returns."""
-    line = json.dumps({"student": student, **entry.to_dict()}) + "\n"
+def record_student(path: Path, state: State, student: str) -> None:
+    """The student's state in `state`, appended to the journal of the state file `path` (with the epoch of
+    the file's last whole write) and on disk when this returns."""
+    line = json.dumps({"student": student, "epoch": state.epoch, **state.students[student].to_dict()}) + "\n"
     try:
         with open(journal_of(path), "a", encoding="utf-8", newline="") as fh:
             fh.write(line)

@@ -222,7 +222,7 @@ class Run:
             summary.status = Status.PARTIAL.value
         summary.content, summary.reviews = answers.graded, answers.reviews
         self.state.students[sid] = StudentState(hash=self.hashes.get(sid, ""), summary=summary)
-        record_student(self.state_path, sid, self.state.students[sid])  # the whole file at the run's end
+        record_student(self.state_path, self.state, sid)  # the whole file at the run's end
         self.write_page(result, row_of(self.course, sid, summary))
 
     def write_page(self, result: StudentResult, row: dict) -> Path:
