@@ -15,6 +15,7 @@ or {"error": a traceback}. Whatever the kernels print goes to stderr.
 A request with a compile cache is not for this process: test_sandbox starts
 a Python of its own for it, whose zygote gets that cache."""
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -42,15 +43,20 @@ class KernelRunner:
             self.log = tempfile.TemporaryFile()
             self.proc = subprocess.Popen([sys.executable, __file__, self.token], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        answered, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
-        line = self.proc.stdout.readline() if answered else ""
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            answered, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+            line = self.proc.stdout.readline() if answered else ""
+        except BaseException:  # never a reply left over for the next test's request
+            self.close()
+            raise
         if not line:
             said = self.stderr_tail()
             self.close()
-            raise AssertionError(f"the kernel runner gave no answer ({'ended' if answered else 'timed out'}):\n"
-                                 + said)
+            if not answered:  # conftest reports a TimeoutError with the machine's load
+                raise TimeoutError(f"the kernel runner gave no answer in {self.timeout} s:\n{said}")
+            raise AssertionError(f"the kernel runner ended without an answer:\n{said}")
         reply = json.loads(line)
         assert "error" not in reply, reply.get("error", "") + self.stderr_tail()
         return reply
@@ -60,9 +66,16 @@ class KernelRunner:
         return self.log.read()[-3000:].decode(errors="replace")
 
     def close(self) -> None:
+        """End the runner: at the end of its input it removes its folders and stops its zygote; killed if it
+        has not within 10 s."""
         if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
             self.proc = None
 
 
@@ -101,6 +114,8 @@ def main(token: str) -> None:
                 runtime = new_student_dir(base)
                 if not request["forked"]:  # started as a new Python, though this process has a zygote
                     use_kernel_settings(replace(KernelSettings.from_environment(), zygote=""))
+                elif not KernelSettings.from_environment().zygote:  # never a started kernel in its place
+                    raise RuntimeError("a forked kernel was asked for, and this runner's zygote is not ready")
                 reply = {"out": run_cells(KernelManager, KERNEL_NAME, runtime, request["cwd"], request["cells"])}
                 reply["audit"] = []
                 for log in sorted(base.glob("audit-*.log")):
@@ -121,16 +136,16 @@ def run_cells(kernel_manager, kernel_name: str, runtime: Path, cwd: str, cells: 
     km.ip = str(runtime / "kernel-ipc")
     km.start_kernel(cwd=cwd)
     out = []
+    kc = km.client()
     try:
-        kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         for cell in cells:
             kc.execute_interactive(
                 cell, timeout=60,
                 output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
-        kc.stop_channels()
     finally:
+        kc.stop_channels()
         km.shutdown_kernel(now=True)
     return "".join(out)
 
