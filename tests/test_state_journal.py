@@ -87,6 +87,11 @@ def test_a_line_cut_short_is_left_out_and_a_damaged_line_is_said_and_read_up_to(
     state = load_state(path, say)
     assert sorted(state.students) == ["ann", "bob"] and len(lines) == 1
     assert f"line 2 of {journal_of(path)}" in lines[0] and "graded again" in lines[0]
+    # a journal that cannot be read at all: said once; the file is kept
+    journal_of(path).write_bytes(b"\xff\xfe not text\n")
+    state = load_state(path, say)
+    assert sorted(state.students) == ["ann"] and len(lines) == 2
+    assert str(journal_of(path)) in lines[1] and "graded again" in lines[1]
 
 
 def test_without_a_journal_or_a_file_the_state_reads_as_before(tmp_path):

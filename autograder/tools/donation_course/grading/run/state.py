@@ -64,20 +64,29 @@ class State:
         return cls(source=str(data.get("source", "")), students=students, epoch=str(data.get("epoch", "")))
 
 
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError from a write or fsync names no file: raised again naming `path` (a full disk names its
+    folder)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write a file so that a reader (or a crash) sees the old or the new content, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        if exc.filename is None:  # a write or fsync: say which file (a full disk names its folder)
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
-        raise
+        with naming(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):
             if tmp.exists():
@@ -106,7 +115,9 @@ def load_state(path: Path, say: Callable[[str], None]) -> State:
     try:
         lines = journal.read_text(encoding="utf-8").splitlines(keepends=True) if journal.exists() else []
     except UNREADABLE as exc:
-        lines = [f"unreadable: {exc}\n"]
+        say(f"warning: {journal} is unreadable ({str(exc).splitlines()[0][:120]}); the students recorded in it "
+            "are graded again")
+        return state
     for number, line in enumerate(lines, 1):
         if not line.endswith("\n"):
             break  # a write cut short: that student was not recorded
@@ -134,15 +145,11 @@ def record_student(path: Path, state: State, student: str) -> None:
     """The student's state in `state`, appended to the journal of the state file `path` (with the epoch of
     the file's last whole write) and on disk when this returns."""
     line = json.dumps({"student": student, "epoch": state.epoch, **state.students[student].to_dict()}) + "\n"
-    try:
-        with open(journal_of(path), "a", encoding="utf-8", newline="") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        if exc.filename is None:  # a write or fsync: say which file (a full disk names its folder)
-            raise OSError(exc.errno, exc.strerror, str(journal_of(path))) from None
-        raise
+    journal = journal_of(path)
+    with naming(journal), open(journal, "a", encoding="utf-8", newline="") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 _HELD: list[int] = []  # fds of the locks this process holds: its forked workers close them
