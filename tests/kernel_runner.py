@@ -4,7 +4,7 @@ that asked for it: like a worker grading a class, it makes the kernelspec
 once and keeps one kernel zygote, which imports JAX once; each kernel is
 still a new sandbox, forked from that zygote or started as a new Python.
 
-    python kernel_runner.py END_TOKEN
+    python kernel_runner.py END_TOKEN [COMPILE_CACHE]
 
 reads one JSON request a line on stdin,
     {"cwd": folder, "cells": [source, ...], "trusted": [source, ...],
@@ -12,8 +12,8 @@ reads one JSON request a line on stdin,
 and answers each on the stdout it started with, in one JSON line:
     {"out": the cells' outputs, "audit": [{"records": [...], "bad": [...]}, ...]}
 or {"error": a traceback}. Whatever the kernels print goes to stderr.
-A request with a compile cache is not for this process: test_sandbox starts
-a Python of its own for it, whose zygote gets that cache."""
+A zygote's compile cache is fixed when it starts, so a runner has one cache
+(none by default) for all its kernels."""
 import atexit
 import contextlib
 import json
@@ -32,8 +32,8 @@ class KernelRunner:
     """The test process's side: starts the runner on first use (again if it died), sends one request at a
     time, and stops it when the test process ends (or when an answer takes longer than `timeout`)."""
 
-    def __init__(self, token: str, timeout: float = 180):
-        self.token, self.timeout = token, timeout
+    def __init__(self, token: str, cache: str = "", timeout: float = 180):
+        self.token, self.cache, self.timeout = token, cache, timeout
         self.proc = None
         self.log = None
         atexit.register(self.close)
@@ -41,7 +41,7 @@ class KernelRunner:
     def run(self, request: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self.log = tempfile.TemporaryFile()
-            self.proc = subprocess.Popen([sys.executable, __file__, self.token], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, __file__, self.token, self.cache], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self.log, text=True)
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
@@ -79,7 +79,7 @@ class KernelRunner:
             self.proc = None
 
 
-def main(token: str) -> None:
+def main(token: str, cache: str) -> None:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the kernels' own output never mixes with the replies
 
@@ -107,7 +107,7 @@ def main(token: str) -> None:
             try:
                 trusted = sorted(set().union(set(), *(parsed_digests(s) for s in request["trusted"])))
                 grading = GradingSettings(memory_mb=3072, fork_kernels=request["forked"], audit=request["audit"])
-                use_kernel_settings(grading.kernel("", trusted, sorted(ALLOWED_MODULES)))
+                use_kernel_settings(grading.kernel(cache, trusted, sorted(ALLOWED_MODULES)))
                 if request["forked"] and not zygote_started:
                     spawn_kernel_zygote(KernelSettings.from_environment(), str(tmp))
                     zygote_started = True
@@ -151,4 +151,4 @@ def run_cells(kernel_manager, kernel_name: str, runtime: Path, cwd: str, cells: 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")

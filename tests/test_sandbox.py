@@ -112,46 +112,7 @@ def run_in_sandbox(tmp_path, code, cache=None, trusted=(), forked=True, audit=Tr
     `audit`: c.GradingSettings.audit (the runtime audit, on by default).
     Without a cache the kernel comes from this test process's kernel runner
     (kernel_runner.py: one zygote for all its kernels, as in a worker); with
-    one, from a Python of its own, whose zygote gets that cache."""
-    script = tmp_path / "k.py"
-    script.write_text(f"""
-import json, os, sys, tempfile
-from pathlib import Path
-from jupyter_client.manager import KernelManager
-from donation_course.grading.run.settings import GradingSettings
-from donation_course.grading.executors.worker import (KERNEL_NAME, make_kernelspec, new_student_dir,
-                                                      spawn_kernel_zygote, use_kernel_settings)
-tmp = tempfile.mkdtemp(prefix="dlt-", dir="/tmp")
-os.environ["DONATION_LAB_AUDIT_END"] = {TOKEN!r}  # as audit_log.MarkNotebookEnd sets it
-os.environ["JUPYTER_PATH"] = str(make_kernelspec(Path(tmp) / "jupyter", sys.executable))
-from donation_course.grading.integrity.scan import ALLOWED_MODULES
-from donation_course.grading.integrity.audit_log import parsed_digests
-trusted = sorted(set().union(set(), *(parsed_digests(s) for s in json.loads(sys.argv[3]))))
-grading = GradingSettings(memory_mb=3072, fork_kernels={forked!r}, audit={audit!r})
-settings = grading.kernel({str(cache or "")!r}, trusted, sorted(ALLOWED_MODULES))
-use_kernel_settings(settings)
-spawn_kernel_zygote(settings, tmp)
-runtime = new_student_dir(Path(tmp) / "w0")
-km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
-km.ip = str(runtime / "kernel-ipc")
-km.start_kernel(cwd=sys.argv[1])
-kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
-out = []
-import json
-for cell in json.loads(sys.argv[2]):
-    kc.execute_interactive(
-        cell, timeout=60,
-        output_hook=lambda m: out.append(m["content"].get("text") or m["content"].get("evalue") or ""))
-km.shutdown_kernel(now=True)
-from donation_course.grading.integrity.audit_log import read_records
-audit = []
-for log in sorted(runtime.parent.glob("audit-*.log")):
-    records, bad = read_records(log, bytes.fromhex(log.with_suffix(".key").read_text()))
-    audit.append({{"records": records, "bad": bad}})
-import shutil; shutil.rmtree(tmp)
-print("".join(out))
-print("AUDIT " + json.dumps(audit))
-""")
+    one, from a runner of its own, whose zygote gets that cache."""
     course = make_course(tmp_path / "course")
     (course / "gradebook.db").write_text("secret grades")
     bob = course / "submitted" / "bob" / "a"
@@ -161,14 +122,14 @@ print("AUDIT " + json.dumps(audit))
     cwd.mkdir(parents=True)
     (cwd / "mine.txt").write_text("alice's file")
     cells = [code] if isinstance(code, str) else list(code)
-    if cache is None:
-        reply = KERNELS.run({"cwd": str(cwd), "cells": cells, "trusted": list(trusted), "forked": forked,
-                             "audit": audit})
-        return course, cwd, reply["out"] + "\n" + "AUDIT " + json.dumps(reply["audit"]) + "\n"
-    r = subprocess.run([sys.executable, str(script), str(cwd), json.dumps(cells), json.dumps(list(trusted))],
-                       capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return course, cwd, r.stdout
+    runner = KERNELS if cache is None else KernelRunner(TOKEN, str(cache))
+    try:
+        reply = runner.run({"cwd": str(cwd), "cells": cells, "trusted": list(trusted), "forked": forked,
+                            "audit": audit})
+    finally:
+        if runner is not KERNELS:
+            runner.close()
+    return course, cwd, reply["out"] + "\n" + "AUDIT " + json.dumps(reply["audit"]) + "\n"
 
 
 @needs_bwrap
