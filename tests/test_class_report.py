@@ -1,6 +1,7 @@
-"""The class report (issue 23): its page and plot render, and every figure on the
-page is what nbgrader's gradebook (and its submitted/ folder) says, computed
-here with nbgrader's own API, not with the grader's rows."""
+"""The class report (issue 23): its page and its two charts render, and every
+figure on the page is what nbgrader's gradebook (and its submitted/ folder)
+says, computed here with nbgrader's own API, not with the grader's rows."""
+import re
 import statistics
 from html.parser import HTMLParser
 
@@ -9,7 +10,7 @@ from synthetic_class import Student, build_class
 
 EX = COURSE.exercise
 CLASS = {"ann": Student({EX: 1.0}), "ben": Student({EX: 0.5, "02_the_contract": 1.0}),
-         "1001": Student({EX: 0.25}, late_penalty=2.0, minutes_late=90),
+         "1001": Student({EX: 0.25}, late_penalty=2.0, minutes_late=90), "dan": Student({EX: 0.0}),
          "bob": Student({EX: 1.0}, kind="flagged"), "cat": Student({EX: 1.0}, kind="error"),
          "eve": Student({EX: 0.0}, kind="flagged", by_hand={EX: 1.0})}
 
@@ -39,6 +40,56 @@ class Tables(HTMLParser):
             self.current, self.row = None, None
 
 
+class Charts(HTMLParser):
+    """The page's two charts: the distribution's columns [(count shown, height %)] and tick labels, and the
+    pass-rate bars [(check, width %, drawn red, rate shown)]."""
+
+    def __init__(self):
+        super().__init__()
+        self.columns, self.ticks, self.bars = [], [], []
+        self.chart, self.spot = None, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "figure":
+            self.chart = attrs["id"]
+        classes = (attrs.get("class") or "").split()
+        width = re.search(r"(?:height|width):([\d.]+)%", attrs.get("style") or "")
+        if self.chart == "distribution-chart":
+            if "n" in classes:
+                self.columns.append(["", None])
+                self.spot = "count"
+            elif "bar" in classes:
+                self.columns[-1][1] = float(width.group(1))
+            elif tag == "span" and not classes:
+                self.ticks.append("")
+                self.spot = "tick"
+        elif self.chart == "pass-rate-chart" and tag == "span":
+            if "fill" in classes:
+                self.bars[-1][1:3] = [float(width.group(1)), "low" in classes]
+            elif not classes:
+                if self.bars and self.bars[-1][3] is None and self.bars[-1][1] is not None:
+                    self.spot = "rate"
+                else:
+                    self.bars.append(["", None, None, None])
+                    self.spot = "check"
+
+    def handle_data(self, data):
+        if self.spot == "count":
+            self.columns[-1][0] += data
+        elif self.spot == "tick":
+            self.ticks[-1] += data
+        elif self.spot == "check":
+            self.bars[-1][0] += data
+        elif self.spot == "rate":
+            self.bars[-1][3] = data
+
+    def handle_endtag(self, tag):
+        self.spot = None
+        if tag == "figure":
+            self.chart = None
+
+
 def from_gradebook(course: Course) -> dict:
     """The report's figures, straight from nbgrader: LMS grades (every notebook, after the late penalty; none
     while a cell waits for a person), and per check: students graded on it (notebook submitted, not waiting)
@@ -66,8 +117,10 @@ def test_the_class_report_shows_the_gradebooks_figures(tmp_path, generated_cours
 
     course = Course(generated_course(tmp_path / "course"))
     summaries = build_class(course.root, CLASS)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "class-report.png").write_bytes(b"an earlier version's plot")
     page = write_class_report(course, summaries, tmp_path / "out")
-    assert (tmp_path / "out" / "class-report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "out" / "class-report.png").exists()  # no stale picture beside the page
     parser = Tables()
     parser.feed(page.read_text())
     tables, truth = parser.tables, from_gradebook(course)
@@ -89,3 +142,16 @@ def test_the_class_report_shows_the_gradebooks_figures(tmp_path, generated_cours
     listed = {(row[0], row[1]) for row in tables["students"][1:]}
     assert {("bob", "flagged"), ("eve", "flagged"), ("cat", "not graded")} <= listed
     assert sorted(sid for sid, what in listed if what == "late") == truth["late"] == ["1001"]
+
+    # the charts draw the tables' figures: a column per bin, as high as its share of the fullest bin
+    charts = Charts()
+    charts.feed(page.read_text())
+    bins = [(label, int(n)) for label, n in tables["distribution"][1:]]
+    fullest = max(n for _, n in bins)
+    assert charts.ticks == [label for label, _ in bins]
+    assert charts.columns == [[str(n), round(100 * n / fullest, 1)] for _, n in bins]
+    assert {height for _, height in charts.columns} >= {0.0, 100.0}  # an empty bin and the fullest one
+    # a bar per check graded on, in the table's order, as wide as its pass rate, red below 50% only
+    graded = [(check, int(p) / int(g)) for check, _, g, p, _ in tables["checks"][1:] if int(g)]
+    assert charts.bars == [[check, round(100 * rate, 1), rate < 0.5, f"{100 * rate:.1f}%"] for check, rate in graded]
+    assert {low for _, _, low, _ in charts.bars} == {True, False}  # red below 50%, blue from 50%

@@ -1,6 +1,6 @@
-"""The class report: one HTML page and one plot (class-report.html, class-report.png
-beside grades.csv) of how the class did, from the gradebook's rows
-(report.class_rows) and nbgrader's submitted/ folder.
+"""The class report: one HTML page (class-report.html beside grades.csv) of how
+the class did, from the gradebook's rows (report.class_rows) and nbgrader's
+submitted/ folder:
 
 - the score distribution: the LMS grade (exports.lms_grade: the notebooks
   GradingSettings.lms_points counts, after the late penalty) of every student
@@ -9,6 +9,9 @@ beside grades.csv) of how the class did, from the gradebook's rows
   who submitted its notebook and whose cell is not waiting for manual grading,
   lowest first: the checks most students fail, likely a lesson to improve;
 - the students flagged, waiting for a review, whose grading errored or timed out, and those late.
+
+Both charts are HTML and CSS, each bar labelled with its figure: the page needs
+no image beside it, and a run no plotting library.
 
 `write_class_report(course, summaries, out)` is all a caller needs; run/steps.py's
 reports call it through report.write_reports.
@@ -27,9 +30,16 @@ from ..results.result import Status, Summary
 from ..run.state import write_atomic
 from .exports import NOT_GRADED, counted_notebooks, export_settings, lms_grade
 
-HTML, PNG = "class-report.html", "class-report.png"
+HTML = "class-report.html"
+OLD_PLOT = "class-report.png"  # what earlier versions drew beside the page: removed, so none goes stale
 STYLE = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}td,th{border:1px solid #ccc;padding:.2em .6em;"
-         "text-align:left}table{border-collapse:collapse;margin:1em 0}.low{background:#fdd}img{max-width:100%}")
+         "text-align:left}table{border-collapse:collapse;margin:1em 0}.low{background:#fdd}"
+         "figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:.5em}"
+         ".cols{display:flex;align-items:flex-end;gap:.3em;height:12em;border-bottom:1px solid #888}"
+         ".col{flex:1;display:flex;flex-direction:column;justify-content:flex-end;height:100%;text-align:center}"
+         ".col .bar{background:#4a7ebb}.ticks{display:flex;gap:.3em;font-size:small}.ticks span{flex:1;"
+         "text-align:center}.rates{display:grid;grid-template-columns:minmax(10em,max-content) 1fr 4em;gap:.2em .6em;"
+         "font-size:small}.track{background:#eee}.fill{display:block;background:#4a7ebb;height:100%}.fill.low{background:#c0504d}")
 
 
 @dataclass(frozen=True)
@@ -95,28 +105,25 @@ def figures(course: Course, rows: list[dict], checks: list[str], counted: list[s
                  for r in rows if r["status"] == Status.PENDING.value])
 
 
-def plot(figs: ClassFigures, path: Path) -> None:
-    """The score histogram beside the pass rate per check (matplotlib's Agg, no display needed)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    graded = [f for f in figs.checks if f.rate is not None]
-    fig = Figure(figsize=(12, max(4.0, 1.5 + 0.28 * len(graded))), layout="constrained")
-    FigureCanvasAgg(fig)
-    hist, bars = fig.subplots(1, 2, width_ratios=[1, 1.4])
+def distribution_chart(figs: ClassFigures) -> str:
+    """The score histogram: a column per bin, its height the bin's share of the fullest bin, its count above it."""
     bins = figs.bins()
-    hist.bar([(lo + hi) / 2 for lo, hi, _ in bins], [n for *_, n in bins], width=(bins[0][1] - bins[0][0]) * 0.9,
-             color="#4a7ebb")
-    hist.set(title=f"Scores of {len(figs.scores)} student(s) (out of {figs.max_points:g})", xlabel="points",
-             ylabel="students", xlim=(0, figs.max_points or 1))
-    hist.yaxis.set_major_locator(MaxNLocator(integer=True))
-    names = [f.check for f in reversed(graded)]
-    rates = [100 * f.rate for f in reversed(graded)]
-    bars.barh(names, rates, color=["#c0504d" if r < 50 else "#4a7ebb" for r in rates])
-    bars.set(title="Pass rate per check (full marks)", xlabel="% of students graded on it", xlim=(0, 100))
-    bars.tick_params(axis="y", labelsize=7)
-    fig.savefig(path, dpi=90, format="png")
+    top = max((n for *_, n in bins), default=0) or 1
+    cols = "".join(f"<div class=col><span class=n>{n}</span><div class=bar style='height:{100 * n / top:.1f}%'>"
+                   "</div></div>" for *_, n in bins)
+    ticks = "".join(f"<span>{lo:g}-{hi:g}</span>" for lo, hi, _ in bins)
+    return (f"<figure id='distribution-chart'><figcaption>Scores of {len(figs.scores)} student(s) (out of "
+            f"{figs.max_points:g} points)</figcaption><div class=cols>{cols}</div><div class=ticks>{ticks}</div>"
+            "</figure>")
+
+
+def pass_rate_chart(figs: ClassFigures) -> str:
+    """A bar per graded check, most failed first: its width the check's pass rate, red below 50%."""
+    rows = "".join(f"<span>{html.escape(f.check)}</span><span class=track><span class='fill{' low' * (f.rate < 0.5)}' "
+                   f"style='width:{100 * f.rate:.1f}%'></span></span><span>{100 * f.rate:.1f}%</span>"
+                   for f in figs.checks if f.rate is not None)
+    return ("<figure id='pass-rate-chart'><figcaption>Pass rate per check (full marks, % of the students graded on "
+            f"it)</figcaption><div class=rates>{rows}</div></figure>")
 
 
 def table(table_id: str, header: list[str], rows: list[list], low: list[bool] | None = None) -> str:
@@ -143,11 +150,11 @@ def page(course: Course, figs: ClassFigures, counted: list[str]) -> str:
         f"<style>{STYLE}</style><h1>Class report: {html.escape(course.assignment)}</h1>",
         f"<p>From the gradebook, {dt.datetime.now():%Y-%m-%d %H:%M}. Grades count "
         f"{html.escape(', '.join(counted))}, after the late penalty.</p>",
-        f"<img src='{PNG}' alt='score distribution and pass rate per check'>",
-        "<h2>Scores</h2>", table("summary", ["", "value"], summary),
+        "<h2>Scores</h2>", distribution_chart(figs), table("summary", ["", "value"], summary),
         table("distribution", ["points", "students"], [[f"{lo:g}-{hi:g}", n] for lo, hi, n in figs.bins()]),
         "<h2>Checks, most failed first</h2><p>Pass rate: full marks, among the students who submitted the "
         "notebook and whose cell does not wait for manual grading. Below 50% (red): likely a lesson to improve.</p>",
+        pass_rate_chart(figs),
         table("checks", ["check", "points", "graded", "passed", "pass rate"], checks,
               [f.rate is not None and f.rate < 0.5 for f in figs.checks]),
         "<h2>Students to look at</h2>", table("students", ["student", "what", "detail"], people)])
@@ -155,7 +162,7 @@ def page(course: Course, figs: ClassFigures, counted: list[str]) -> str:
 
 def write_class_report(course: Course, summaries: dict[str, Summary], out: Path, rows: list[dict] | None = None,
                        checks: list[str] | None = None, settings=None) -> Path:
-    """class-report.html and class-report.png in `out`, for the whole gradebook; returns the page's path."""
+    """class-report.html in `out`, for the whole gradebook; returns the page's path."""
     if rows is None or checks is None:
         from .report import class_rows
 
@@ -163,8 +170,6 @@ def write_class_report(course: Course, summaries: dict[str, Summary], out: Path,
     counted = counted_notebooks(export_settings(course, settings).lms_points, course.notebooks, course.exercise)
     figs = figures(course, rows, checks, counted)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{PNG}.tmp"
-    plot(figs, tmp)
-    tmp.replace(out / PNG)
     write_atomic(out / HTML, page(course, figs, counted))
+    (out / OLD_PLOT).unlink(missing_ok=True)
     return out / HTML
