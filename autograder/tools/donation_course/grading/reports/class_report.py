@@ -39,7 +39,8 @@ STYLE = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}td,th{borde
          ".col{flex:1;display:flex;flex-direction:column;justify-content:flex-end;height:100%;text-align:center}"
          ".col .bar{background:#4a7ebb}.ticks{display:flex;gap:.3em;font-size:small}.ticks span{flex:1;"
          "text-align:center}.rates{display:grid;grid-template-columns:minmax(10em,max-content) 1fr 4em;gap:.2em .6em;"
-         "font-size:small}.track{background:#eee}.fill{display:block;background:#4a7ebb;height:100%}.fill.low{background:#c0504d}")
+         "font-size:small}.track{background:#eee}.fill{display:block;background:#4a7ebb;height:100%}"
+         ".fill.low{background:#c0504d}")
 
 
 @dataclass(frozen=True)
