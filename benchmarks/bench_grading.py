@@ -52,6 +52,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
+from donation_course.corpus import capstone as capstone_corpus
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, nbgrader_command, venv_env
 
@@ -61,6 +62,10 @@ ASSIGNMENT = COURSE.assignment
 
 EX = corpus.EXERCISE
 MIX = ["partial", "wrapped", "argnames", "lambda", "nodonate", "nojit", "wrongvalue", "wrongarg"]
+# Each submission answers the capstone right in a student's own words (the capstone corpus's RIGHT: a decorated
+# train_step, its jit cache cleared around the NaN hunt), not in the solution's: its programs are not in the
+# course's compile cache, as most students' are not, so they are compiled while the class is graded.
+CAPSTONE = capstone_corpus.RIGHT
 
 
 def sh(cmd, cwd=ROOT):
@@ -97,7 +102,7 @@ def submissions(dest: Path, n: int, floor_course: Path = None) -> Path:
         for i in range(n):
             shutil.copy(release, files / f"s{i:03d}_{EX}.ipynb")
         return files
-    corpus.build(dest / "corpus")
+    corpus.build(dest / "corpus", capstone_answer=CAPSTONE)
     files.mkdir(parents=True)
     for i in range(n):
         shutil.copy(dest / "corpus" / f"{MIX[i % len(MIX)]}_{EX}.ipynb", files / f"s{i:03d}_{EX}.ipynb")

@@ -242,8 +242,8 @@ def _capstone(right: str) -> dict:  # the capstone answers of CAPSTONE (capstone
     }
 
 
-# Every other case also answers the capstone right (build() fills it in), so it earns
-# the capstone's points too, except where nothing of the notebook can be graded:
+# Every other case also answers the capstone right (build() fills it in: as the solution does, unless told
+# otherwise), so it earns the capstone's points too, except where nothing of the notebook can be graded:
 # a dead kernel, an unreadable file, the untouched release, and a flagged
 # notebook (all its grade cells wait for the instructor, with no automatic points).
 CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged"
@@ -251,10 +251,23 @@ CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged
          for student, (answer, score, status, reason) in CASES.items()}
 
 
-def build(dest: Path) -> dict:
+def solution_capstone() -> str:
+    """The capstone answered as the instructor's solution answers it: the source notebook's answer cell, without
+    nbgrader's markers. Its programs are those the course's compile cache holds (grading/run/compile_cache.py fills
+    it from the same notebook), so a kernel that runs it compiles nothing of its own for the capstone."""
+    source = nbformat.read(COURSE.root / "source" / COURSE.assignment / f"{EXERCISE}.ipynb", as_version=4)
+    cell = next(c for c in source.cells if grade_id(c) == CAPSTONE_ANSWER)
+    return "".join(line for line in cell.source.splitlines(keepends=True)
+                   if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def build(dest: Path, capstone_answer: str | None = None) -> dict:
+    """Each case's notebook in dest. Where a case answers the capstone right, it answers `capstone_answer`, by
+    default the solution's (solution_capstone)."""
     from .capstone import RIGHT  # imported here: capstone.py imports this module
 
     capstone = _capstone(RIGHT)
+    right = capstone_answer if capstone_answer is not None else solution_capstone()
 
     dest.mkdir(parents=True, exist_ok=True)
     for student, (answer, *_rest) in CASES.items():
@@ -274,8 +287,8 @@ def build(dest: Path) -> dict:
             answer = PARTIAL
         for i, c in enumerate(cells):
             if is_solution(c) and answer != "@as-released":
-                if grade_id(c) == CAPSTONE_ANSWER:  # the capstone (capstone.py) answered right, or as CAPSTONE says
-                    c.source = capstone.get(student, RIGHT)
+                if grade_id(c) == CAPSTONE_ANSWER:  # the capstone answered right, or as CAPSTONE says
+                    c.source = capstone.get(student, right)
                 else:
                     c.source = PARTIAL if answer == "@duplicate-answer" else answer
                 if c.source.startswith("@markdown:"):  # the same cell, saved as markdown: id, metadata and all
