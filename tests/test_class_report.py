@@ -11,6 +11,7 @@ from synthetic_class import Student, build_class
 EX = COURSE.exercise
 CLASS = {"ann": Student({EX: 1.0}), "ben": Student({EX: 0.5, "02_the_contract": 1.0}),
          "1001": Student({EX: 0.25}, late_penalty=2.0, minutes_late=90), "dan": Student({EX: 0.0}),
+         "fay": Student({"02_the_contract": 0.0}),  # lesson 2's checks: ben passes, fay fails: 50%, not red
          "bob": Student({EX: 1.0}, kind="flagged"), "cat": Student({EX: 1.0}, kind="error"),
          "eve": Student({EX: 0.0}, kind="flagged", by_hand={EX: 1.0})}
 
@@ -69,6 +70,7 @@ class Charts(HTMLParser):
                 self.bars[-1][1:3] = [float(width.group(1)), "low" in classes]
             elif not classes:
                 if self.bars and self.bars[-1][3] is None and self.bars[-1][1] is not None:
+                    self.bars[-1][3] = ""
                     self.spot = "rate"
                 else:
                     self.bars.append(["", None, None, None])
@@ -82,7 +84,7 @@ class Charts(HTMLParser):
         elif self.spot == "check":
             self.bars[-1][0] += data
         elif self.spot == "rate":
-            self.bars[-1][3] = data
+            self.bars[-1][3] += data
 
     def handle_endtag(self, tag):
         self.spot = None
@@ -150,8 +152,20 @@ def test_the_class_report_shows_the_gradebooks_figures(tmp_path, generated_cours
     fullest = max(n for _, n in bins)
     assert charts.ticks == [label for label, _ in bins]
     assert charts.columns == [[str(n), round(100 * n / fullest, 1)] for _, n in bins]
-    assert {height for _, height in charts.columns} >= {0.0, 100.0}  # an empty bin and the fullest one
+    heights = {height for _, height in charts.columns}
+    assert {0.0, 100.0} <= heights and any(0 < h < 100 for h in heights)  # empty, fullest, and in between
     # a bar per check graded on, in the table's order, as wide as its pass rate, red below 50% only
     graded = [(check, int(p) / int(g)) for check, _, g, p, _ in tables["checks"][1:] if int(g)]
     assert charts.bars == [[check, round(100 * rate, 1), rate < 0.5, f"{100 * rate:.1f}%"] for check, rate in graded]
     assert {low for _, _, low, _ in charts.bars} == {True, False}  # red below 50%, blue from 50%
+    assert any(rate == 0.5 for _, rate in graded)  # the edge itself: blue
+
+
+def test_the_charts_of_a_class_with_no_grade_yet_say_so():
+    from donation_course.grading.reports.class_report import ClassFigures, distribution_chart, pass_rate_chart
+
+    empty = ClassFigures(students=0, scores=[], max_points=0.0, blank=0, checks=[], flagged=[], failed=[], late=[])
+    charts = Charts()
+    charts.feed(distribution_chart(empty) + pass_rate_chart(empty))
+    assert charts.columns == [["0", 0.0]] and charts.ticks == ["0-1"] and charts.bars == []
+    assert "No check graded yet." in pass_rate_chart(empty)

@@ -255,10 +255,13 @@ def solution_capstone() -> str:
     """The capstone answered as the instructor's solution answers it: the source notebook's answer cell, without
     nbgrader's markers. Its programs are those the course's compile cache holds (grading/run/compile_cache.py fills
     it from the same notebook), so a kernel that runs it compiles nothing of its own for the capstone."""
-    source = nbformat.read(COURSE.root / "source" / COURSE.assignment / f"{EXERCISE}.ipynb", as_version=4)
-    cell = next(c for c in source.cells if grade_id(c) == CAPSTONE_ANSWER)
-    return "".join(line for line in cell.source.splitlines(keepends=True)
-                   if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    path = COURSE.source / f"{EXERCISE}.ipynb"
+    cells = [c for c in nbformat.read(path, as_version=4).cells if grade_id(c) == CAPSTONE_ANSWER]
+    if len(cells) != 1:
+        raise ValueError(f"{path} has {len(cells)} cells with grade id {CAPSTONE_ANSWER!r}, not one")
+    # nbgrader's own rule (ClearSolutions): a line holding a delimiter is a marker
+    return "".join(line for line in cells[0].source.splitlines(keepends=True)
+                   if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
 
 
 def build(dest: Path, capstone_answer: str | None = None) -> dict:
@@ -267,6 +270,8 @@ def build(dest: Path, capstone_answer: str | None = None) -> dict:
     from .capstone import RIGHT  # imported here: capstone.py imports this module
 
     capstone = _capstone(RIGHT)
+    # (the solution's capstone defines a global _step, as some exercise answers do: theirs is replaced after the
+    # exercise's checks, whose cells come first, have run)
     right = capstone_answer if capstone_answer is not None else solution_capstone()
 
     dest.mkdir(parents=True, exist_ok=True)

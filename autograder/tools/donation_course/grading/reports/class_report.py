@@ -35,12 +35,13 @@ OLD_PLOT = "class-report.png"  # what earlier versions drew beside the page: rem
 STYLE = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}td,th{border:1px solid #ccc;padding:.2em .6em;"
          "text-align:left}table{border-collapse:collapse;margin:1em 0}.low{background:#fdd}"
          "figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:.5em}"
-         ".cols{display:flex;align-items:flex-end;gap:.3em;height:12em;border-bottom:1px solid #888}"
-         ".col{flex:1;display:flex;flex-direction:column;justify-content:flex-end;height:100%;text-align:center}"
-         ".col .bar{background:#4a7ebb}.ticks{display:flex;gap:.3em;font-size:small}.ticks span{flex:1;"
-         "text-align:center}.rates{display:grid;grid-template-columns:minmax(10em,max-content) 1fr 4em;gap:.2em .6em;"
-         "font-size:small}.track{background:#eee}.fill{display:block;background:#4a7ebb;height:100%}"
-         ".fill.low{background:#c0504d}")
+         ".cols{display:flex;gap:.3em;height:12em;border-bottom:1px solid #888}"
+         ".col{flex:1;display:flex;flex-direction:column;text-align:center}.n{flex:none;height:1.4em}"
+         ".area{flex:1;display:flex;align-items:flex-end}.bar{width:100%;background:#4a7ebb}"
+         ".ticks{display:flex;gap:.3em;font-size:small}.ticks span{flex:1;text-align:center}"
+         ".rates{display:grid;grid-template-columns:minmax(10em,max-content) 1fr 4em;gap:.2em .6em;"
+         "font-size:small;align-items:center}.track{display:block;height:1em;background:#eee}"
+         ".fill{display:block;height:100%;background:#4a7ebb}.fill.low{background:#c0504d}")
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,12 @@ def figures(course: Course, rows: list[dict], checks: list[str], counted: list[s
 
 
 def distribution_chart(figs: ClassFigures) -> str:
-    """The score histogram: a column per bin, its height the bin's share of the fullest bin, its count above it."""
+    """The score histogram: a column per bin, its bar's height the bin's share of the fullest bin (of the room
+    left under the count written above it)."""
     bins = figs.bins()
     top = max((n for *_, n in bins), default=0) or 1
-    cols = "".join(f"<div class=col><span class=n>{n}</span><div class=bar style='height:{100 * n / top:.1f}%'>"
-                   "</div></div>" for *_, n in bins)
+    cols = "".join(f"<div class=col><span class=n>{n}</span><div class=area><div class=bar "
+                   f"style='height:{100 * n / top:.1f}%'></div></div></div>" for *_, n in bins)
     ticks = "".join(f"<span>{lo:g}-{hi:g}</span>" for lo, hi, _ in bins)
     return (f"<figure id='distribution-chart'><figcaption>Scores of {len(figs.scores)} student(s) (out of "
             f"{figs.max_points:g} points)</figcaption><div class=cols>{cols}</div><div class=ticks>{ticks}</div>"
@@ -123,8 +125,9 @@ def pass_rate_chart(figs: ClassFigures) -> str:
     rows = "".join(f"<span>{html.escape(f.check)}</span><span class=track><span class='fill{' low' * (f.rate < 0.5)}' "
                    f"style='width:{100 * f.rate:.1f}%'></span></span><span>{100 * f.rate:.1f}%</span>"
                    for f in figs.checks if f.rate is not None)
+    body = f"<div class=rates>{rows}</div>" if rows else "<p>No check graded yet.</p>"
     return ("<figure id='pass-rate-chart'><figcaption>Pass rate per check (full marks, % of the students graded on "
-            f"it)</figcaption><div class=rates>{rows}</div></figure>")
+            f"it)</figcaption>{body}</figure>")
 
 
 def table(table_id: str, header: list[str], rows: list[list], low: list[bool] | None = None) -> str:
