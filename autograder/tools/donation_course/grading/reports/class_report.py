@@ -55,6 +55,11 @@ class CheckFigure:
     def rate(self) -> float | None:
         return self.passed / self.graded if self.graded else None
 
+    @property
+    def low(self) -> bool:
+        """Passed by fewer than half the students graded on it: likely a lesson to improve (drawn red)."""
+        return self.rate is not None and self.rate < 0.5
+
 
 @dataclass(frozen=True)
 class ClassFigures:
@@ -122,7 +127,7 @@ def distribution_chart(figs: ClassFigures) -> str:
 
 def pass_rate_chart(figs: ClassFigures) -> str:
     """A bar per graded check, most failed first: its width the check's pass rate, red below 50%."""
-    rows = "".join(f"<span>{html.escape(f.check)}</span><span class=track><span class='fill{' low' * (f.rate < 0.5)}' "
+    rows = "".join(f"<span>{html.escape(f.check)}</span><span class=track><span class='fill{' low' * f.low}' "
                    f"style='width:{100 * f.rate:.1f}%'></span></span><span>{100 * f.rate:.1f}%</span>"
                    for f in figs.checks if f.rate is not None)
     body = f"<div class=rates>{rows}</div>" if rows else "<p>No check graded yet.</p>"
@@ -160,7 +165,7 @@ def page(course: Course, figs: ClassFigures, counted: list[str]) -> str:
         "notebook and whose cell does not wait for manual grading. Below 50% (red): likely a lesson to improve.</p>",
         pass_rate_chart(figs),
         table("checks", ["check", "points", "graded", "passed", "pass rate"], checks,
-              [f.rate is not None and f.rate < 0.5 for f in figs.checks]),
+              [f.low for f in figs.checks]),
         "<h2>Students to look at</h2>", table("students", ["student", "what", "detail"], people)])
 
 
