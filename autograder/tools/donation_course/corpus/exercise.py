@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.utils import is_grade, is_solution
 
-from ..course import CAPSTONE_ANSWER, COURSE, EXERCISE_ANSWER, NOTEBOOKS, grade_id
+from ..course import CAPSTONE_ANSWER, COURSE, EXERCISE_ANSWER, NOTEBOOKS, SOLUTIONS, grade_id
 
 EXERCISE = COURSE.exercise  # the graded notebook: the one holding update_with_donate's answer cell
 LEARNER = NOTEBOOKS / f"{EXERCISE}.ipynb"
@@ -252,16 +252,15 @@ CASES = {student: (answer, score if student in NO_CAPSTONE or status == "flagged
 
 
 def solution_capstone() -> str:
-    """The capstone answered as the instructor's solution answers it: the source notebook's answer cell, without
-    nbgrader's markers. Its programs are those the course's compile cache holds (grading/run/compile_cache.py fills
-    it from the same notebook), so a kernel that runs it compiles nothing of its own for the capstone."""
-    path = COURSE.source / f"{EXERCISE}.ipynb"
-    cells = [c for c in nbformat.read(path, as_version=4).cells if grade_id(c) == CAPSTONE_ANSWER]
+    """The capstone answered as the instructor's solution answers it: its answer cell in the solved copy
+    (solutions/, made from the source notebook), read as the debugging corpus reads its solved cells. Its programs
+    are those the course's compile cache holds (grading/run/compile_cache.py fills it from the same notebook), so a
+    kernel that runs it compiles nothing of its own for the capstone."""
+    path = SOLUTIONS / f"{EXERCISE}.ipynb"
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if grade_id(c) == CAPSTONE_ANSWER]
     if len(cells) != 1:
         raise ValueError(f"{path} has {len(cells)} cells with grade id {CAPSTONE_ANSWER!r}, not one")
-    # nbgrader's own rule (ClearSolutions): a line holding a delimiter is a marker
-    return "".join(line for line in cells[0].source.splitlines(keepends=True)
-                   if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
+    return cells[0]
 
 
 def build(dest: Path, capstone_answer: str | None = None) -> dict:
