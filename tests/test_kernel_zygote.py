@@ -25,7 +25,7 @@ os.environ["JUPYTER_PATH"] = str(worker.make_kernelspec(Path(tmp) / "jupyter", s
 settings = GradingSettings(audit=False).kernel("")
 worker.use_kernel_settings(settings)
 worker.spawn_kernel_zygote(settings, tmp)
-code = "import os, random, numpy; print(os.getpid(), random.random(), numpy.random.random())"
+code = "import os, random, numpy; print(f'{os.getpid()}/{os.getppid()}', random.random(), numpy.random.random())"
 for step in json.loads(sys.argv[1]):
     if step == "kill":  # the zygote dies between two students
         worker._zygote.ready()
@@ -51,8 +51,14 @@ import shutil; shutil.rmtree(tmp)
 """
 
 
+FORKED, STARTED = "3/0", "3/2"
+
+
 def kernels(steps: list) -> list:
-    """Run the steps ("kernel", "kill", "unlink") in one grading process; each kernel's (pid, random draws)."""
+    """Run the steps ("kernel", "kill", "unlink") in one grading process; each kernel's (pid/parent's pid, random
+    draws). A forked kernel is FORKED: the third process of its sandbox, beside bwrap's init and the holder, whose
+    parent (the zygote's child that joined the sandbox) is outside it; a started one is STARTED: the third too, a
+    child of the launcher's inner step (kernel._watch)."""
     r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(steps)], capture_output=True, text=True,
                        timeout=240 * LIMIT_SCALE)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -65,7 +71,7 @@ def test_kernels_forked_from_one_zygote_draw_different_random_numbers():
     random module reseeds itself after a fork), so each kernel reseeds both from the system, and two students of
     one worker do not draw the same numbers, as two started Pythons would not."""
     first, second = kernels(["kernel", "kernel"])
-    assert first[0] == second[0] == "3", (first, second)  # both forked: the third process of their sandbox
+    assert first[0] == second[0] == FORKED, (first, second)
     assert first[1] != second[1] and first[2] != second[2], (first, second)
 
 
@@ -74,10 +80,10 @@ def test_a_dead_zygote_is_started_once_more_then_kernels_start_as_before():
     """A zygote that dies is started again at the next student; one that dies again is left, and the kernels
     after it start as a new Python in the sandbox (kernel.py's --inner step): slower, graded the same."""
     pids = [pid for pid, *_ in kernels(["kernel", "kill", "kernel", "kill", "kernel"])]
-    assert pids == ["3", "3", "2"], pids
+    assert pids == [FORKED, FORKED, STARTED], pids
 
 
 @needs_bwrap
 def test_a_launcher_that_cannot_reach_the_zygote_starts_the_kernel_itself():
     pids = [pid for pid, *_ in kernels(["kernel", "unlink", "kernel"])]
-    assert pids == ["3", "2"], pids
+    assert pids == [FORKED, STARTED], pids

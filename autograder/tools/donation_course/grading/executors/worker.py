@@ -18,6 +18,7 @@ from pathlib import Path
 from ...course import load_config
 from ..integrity.audit_log import read_audit
 from ..integrity.kernel_zygote import Zygote
+from ..integrity.lifetime import PARENT_ENV
 from ..referee.student import close as close_referee
 from ..referee.student import prepare as prepare_referee
 from ..referee.student import referee_student
@@ -93,6 +94,7 @@ def new_student_dir(base: Path) -> Path:
     prepare_referee()  # the worker's referee started, if it is not running
     prepare_kernel_zygote()
     os.environ[STUDENT_DIR_ENV] = str(base)
+    os.environ[PARENT_ENV] = str(os.getpid())  # the launchers this process starts die with it (lifetime.py)
     return runtime
 
 

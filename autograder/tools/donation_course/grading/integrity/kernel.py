@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..run.settings import STUDENT_DIR_ENV, KernelSettings
+from .lifetime import DiesWithThisProcess, die_with_starter
 
 
 def set_limits(settings: KernelSettings) -> None:
@@ -67,14 +68,43 @@ def _audit_channel(settings: KernelSettings, student_dir: Path) -> list:
 
 def inner(argv: list) -> None:
     """In the sandbox, still root: cap processes, become the sandbox uid, start the kernel.
-    argv: --nproc N, the audit arguments up to --, then the kernel's own arguments."""
+    argv: --nproc N --lifeline FD, the audit arguments up to --, then the kernel's own arguments."""
     from .sandbox import become_sandbox_uid, fill_working_folder
 
-    nproc, rest = int(argv[1]), argv[2:]
+    nproc, lifeline, rest = int(argv[1]), int(argv[3]), argv[4:]
     audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]  # (no audit arguments: audit off)
     fill_working_folder(os.getcwd())
-    become_sandbox_uid(os.path.dirname(argv[argv.index("-f") + 1]), nproc)
-    os.execv(sys.executable, _kernel(sys.executable, argv, audit))
+    kernel = os.fork()
+    if kernel == 0:
+        os.close(lifeline)
+        become_sandbox_uid(os.path.dirname(argv[argv.index("-f") + 1]), nproc)
+        os.execv(sys.executable, _kernel(sys.executable, argv, audit))
+    os._exit(_watch(kernel, lifeline))
+
+
+def _watch(kernel: int, lifeline: int) -> int:
+    """The sandbox's first process (bwrap's init aside) while its kernel runs: returns the kernel's exit status,
+    which bwrap passes on to the launcher; ends the whole sandbox at once if the launcher outside dies first (its
+    end of the `lifeline` pipe closes).
+
+    The parent-death signals (lifetime.py) take a sandbox down with its launcher once bwrap has set it up, but
+    bwrap's init asks for its own only after mounting the sandbox: a launcher killed in between (its grading
+    process stopped by Ctrl-C as it started a kernel) would leave the sandbox and its kernel running for good.
+    A kernel forked from the zygote has the same guard in the sandbox's holder (_holder)."""
+    import select
+    import signal
+
+    pidfd = os.pidfd_open(kernel)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(lifeline, select.POLLIN)  # the launcher's end closed: POLLHUP
+    ready = {fd for fd, _ in poller.poll()}
+    if pidfd not in ready:  # (the lifeline has nothing else to say)
+        os.kill(-1, signal.SIGKILL)  # every process of this sandbox's PID namespace but its init and this one
+        return 128 + signal.SIGKILL
+    _, status = os.waitpid(kernel, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code  # a signal's death as a shell reports it (and bwrap does)
 
 
 def _connection(argv: list, runtime: Path) -> list:
@@ -90,28 +120,14 @@ def _connection(argv: list, runtime: Path) -> list:
     return [*argv[:i], str(dest), *argv[i + 1:]]
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this launcher when the grading process that started it dies, however it dies (kept
-    across exec: bwrap, which it becomes, then takes the sandbox along; an unsandboxed kernel dies
-    itself). Without it, a grader killed mid-notebook (a cluster worker's, with its worker) would
-    leave the kernel running."""
-    import ctypes
-    import signal
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # it died before the call
-        os._exit(1)
-
-
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--inner"]:
         return inner(argv[1:])
-    _die_with_parent()
+    # SIGKILL this launcher when the grading process that started it dies, however it dies (kept across exec:
+    # bwrap, which it becomes, then takes the sandbox along; an unsandboxed kernel dies itself). Without it, a
+    # grader killed mid-notebook (a cluster worker's, with its worker) would leave the kernel running.
+    die_with_starter()
     from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, font_list, unsandboxed_env, venv_python
 
     settings = KernelSettings.from_environment()
@@ -145,10 +161,11 @@ def main() -> None:
             sys.exit(code)
     python = venv_python()
     info, info_w = os.pipe()
+    lifeline, lifeline_w = os.pipe()  # this launcher alone holds the write end, until it ends (_watch)
     cmd += ["--info-fd", str(info_w), "--", python, "-m", "donation_course.grading.integrity.kernel", "--inner",
-            "--nproc", str(settings.max_processes), *audit, "--", *argv]
+            "--nproc", str(settings.max_processes), "--lifeline", str(lifeline), *audit, "--", *argv]
     sys.exit(_run_sandbox(cmd, info, info_w, json.loads((runtime / "connection.json").read_text()),
-                          [int(a) for a in audit[1::2]]))
+                          [lifeline, *(int(a) for a in audit[1::2])]))
 
 
 def _holder() -> list:
@@ -181,7 +198,7 @@ def _run_forked(bwrap: list, settings: KernelSettings, cwd: str, argv: list, aud
     echo, echo_w = os.pipe()
     info, info_w = os.pipe()
     proc = subprocess.Popen([*bwrap, "--info-fd", str(info_w), "--", *_holder()], stdin=hold, stdout=echo_w,
-                            pass_fds=[info_w], preexec_fn=_bwrap_dies_with_launcher)
+                            pass_fds=[info_w], preexec_fn=DiesWithThisProcess())  # bwrap takes the sandbox along
     for fd in (hold, echo_w, info_w):
         os.close(fd)
     with os.fdopen(info, "rb") as fh:
@@ -211,13 +228,6 @@ def _run_forked(bwrap: list, settings: KernelSettings, cwd: str, argv: list, aud
     return code
 
 
-def _bwrap_dies_with_launcher():  # in bwrap, before it starts: SIGKILL when this launcher dies (it takes the sandbox)
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-
-
 def _run_sandbox(cmd: list, info: int, info_w: int, connection: dict, fds: list) -> int:
     """Run bwrap (which dies with this launcher), link the kernel's sockets into the real runtime folder once
     bwrap says which process is the sandbox's (--info-fd), and return bwrap's exit status."""
@@ -225,7 +235,7 @@ def _run_sandbox(cmd: list, info: int, info_w: int, connection: dict, fds: list)
 
     from .sandbox import link_sockets
 
-    proc = subprocess.Popen(cmd, pass_fds=[info_w, *fds], preexec_fn=_bwrap_dies_with_launcher)
+    proc = subprocess.Popen(cmd, pass_fds=[info_w, *fds], preexec_fn=DiesWithThisProcess())
     os.close(info_w)
     for fd in fds:
         os.close(fd)  # the kernel holds them now

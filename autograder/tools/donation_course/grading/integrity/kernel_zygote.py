@@ -37,6 +37,8 @@ import signal
 import socket
 import sys
 
+from .lifetime import DiesWithThisProcess, die_with
+
 NAMESPACES = ("user", "cgroup", "ipc", "uts", "net", "pid", "mnt")
 NS_GET_USERNS = 0xB701  # ioctl on a namespace: the user namespace that owns it
 MAX_FDS = 8
@@ -50,6 +52,8 @@ def _prctl(option: int, value: int) -> int:
 
 
 def _die_with_parent() -> None:
+    """In a process forked inside the sandbox's PID namespace (the kernel), where the parent's pid is not
+    seen: the sandbox ends it anyway when its launcher dies."""
     _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
@@ -155,13 +159,13 @@ def _kernel(request: dict, fds: list) -> None:
     sys.exit(0)
 
 
-def _child(conn: socket.socket, request: dict, fds: list) -> None:
+def _child(conn: socket.socket, request: dict, fds: list, zygote: int) -> None:
     """The zygote's child for one kernel: join the sandbox, fork the kernel there, report how it ended."""
     status = 1
     try:
         from ..executors.zygote import name_process
 
-        _die_with_parent()
+        die_with(zygote)
         name_process(b"dl-kjoin")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _join(int(request["sandbox_pid"]))
@@ -216,7 +220,6 @@ def serve(path: str) -> None:
 
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")
-    _die_with_parent()
     name_process(b"dl-kzygote")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -224,6 +227,7 @@ def serve(path: str) -> None:
     server.bind(path)
     os.umask(old)
     server.listen(64)
+    zygote = os.getpid()
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     while True:
@@ -235,7 +239,7 @@ def serve(path: str) -> None:
             continue
         if os.fork() == 0:
             server.close()
-            _child(conn, request, fds)
+            _child(conn, request, fds, zygote)
         conn.close()
         for fd in fds:
             os.close(fd)
@@ -272,7 +276,7 @@ class Zygote:
             self.proc = subprocess.Popen([venv_python(), "-P", "-m", __name__, self.path],
                                          env=fixed_env(home="/", cache=self.compile_cache),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True,
-                                         preexec_fn=_die_with_parent, cwd="/")
+                                         preexec_fn=DiesWithThisProcess(), cwd="/")
             self.waiting = True
         except OSError:
             self.proc = None

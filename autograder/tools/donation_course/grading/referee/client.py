@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..executors.scratch import mark_owner, remove_orphans
+from ..integrity.lifetime import DiesWithThisProcess
 from .asks import ANSWERS
 from .compiled import Folder
 from .verdict import Verdict
@@ -102,7 +103,7 @@ class Referee:
             return
         cmd, env = self._command()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=self.folder,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=DiesWithThisProcess())
         self.started, self.sent = False, set()
 
     def _line(self, deadline: float) -> bytes:
