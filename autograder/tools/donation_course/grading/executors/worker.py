@@ -18,7 +18,7 @@ from pathlib import Path
 from ...course import load_config
 from ..integrity.audit_log import read_audit
 from ..integrity.kernel_zygote import Zygote
-from ..integrity.lifetime import PARENT_ENV
+from ..integrity.lifetime import PARENT_ENV, die_with
 from ..referee.student import close as close_referee
 from ..referee.student import prepare as prepare_referee
 from ..referee.student import referee_student
@@ -266,26 +266,12 @@ def grade_one(api, course: Path, assignment: str, student: str, tmp: Path) -> St
     return result
 
 
-def die_with_parent(parent: int) -> None:
-    """SIGKILL this process when its parent dies (Linux's PR_SET_PDEATHSIG): a
-    grader killed by any signal leaves no worker, and so no kernel, behind."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the call
-        os._exit(1)
-
-
 def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
     """Worker main loop (protocol.py): Ready, then for each Grade(student) a Done(StudentResult) until Stop.
     `inherited`: the parent's ends of every worker's pipe and its lock file,
     closed here, so that this worker sees EOF when the parent goes and holds
     no lock of the parent's."""
-    die_with_parent(parent)
+    die_with(parent)  # a grader killed by any signal leaves no worker, and so no kernel, behind
     for obj in inherited:
         try:
             obj.close() if hasattr(obj, "close") else os.close(obj)

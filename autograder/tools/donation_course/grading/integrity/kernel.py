@@ -6,9 +6,10 @@ value in DONATION_LAB_KERNEL) and the student's folder
 kernel's home), caps the kernel's address space, file size and core files,
 builds the kernel's fixed environment (sandbox.fixed_env) and, when
 sandboxed, exec's bubblewrap (sandbox.py), which runs this module again
-with --inner. Inside: copies the working folder into its capped tmpfs, caps
-the process count and drops root for the sandbox uid, then exec's a normal
-ipykernel. A
+with --inner. Inside: copies the working folder into its capped tmpfs, then
+starts the kernel (caps the process count, drops root for the sandbox uid,
+exec's a normal ipykernel) and waits for it, ending the sandbox if the
+launcher dies first (_watch). A
 submission that allocates too much gets a MemoryError in its own cell
 instead of taking the machine (or the other workers) down.
 """

@@ -23,7 +23,10 @@ def die_with(parent: int) -> None:
     """SIGKILL this process when `parent` dies; end it now if `parent` is already gone (no longer its parent)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: no such signal; the check below still holds
     if os.getppid() != parent:
         os._exit(1)
 

@@ -1,7 +1,7 @@
 """The grading kernel's sandbox (bubblewrap), and its fixed environment.
 
 Each grading kernel runs as (kernel.py, outside) -> bwrap -> (kernel.py
---inner, inside, still root) -> setuid to an unprivileged uid -> ipykernel:
+--inner, inside, still root; it waits) -> setuid to an unprivileged uid -> ipykernel:
 
 - namespaces: no network (--unshare-net), its own PID, IPC and UTS
   namespaces (--unshare-pid/-ipc/-uts), a new session (no TIOCSTI), dies with
