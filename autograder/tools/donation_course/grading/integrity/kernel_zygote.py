@@ -37,7 +37,7 @@ import signal
 import socket
 import sys
 
-from .lifetime import DiesWithThisProcess, die_with
+from .lifetime import die_with
 
 NAMESPACES = ("user", "cgroup", "ipc", "uts", "net", "pid", "mnt")
 NS_GET_USERNS = 0xB701  # ioctl on a namespace: the user namespace that owns it
@@ -273,10 +273,12 @@ class Zygote:
         except FileNotFoundError:
             pass
         try:
-            self.proc = subprocess.Popen([venv_python(), "-P", "-m", __name__, self.path],
+            # (no preexec_fn: the grading process runs threads by now, and Python code run between fork and exec
+            # could deadlock; the zygote checks its parent itself, first thing)
+            self.proc = subprocess.Popen([venv_python(), "-P", "-m", __name__, self.path, str(os.getpid())],
                                          env=fixed_env(home="/", cache=self.compile_cache),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True,
-                                         preexec_fn=DiesWithThisProcess(), cwd="/")
+                                         cwd="/")
             self.waiting = True
         except OSError:
             self.proc = None
@@ -331,4 +333,5 @@ def request_kernel(conn: socket.socket, request: dict, fds: list) -> int:
 
 
 if __name__ == "__main__":
+    die_with(int(sys.argv[2]))  # the grading process that started it: it dies with that one (lifetime.py)
     serve(sys.argv[1])

@@ -1,5 +1,5 @@
-"""Each process the grader starts (kernel launchers, bwrap, kernel zygotes, referee servers) dies with the
-process that started it, however that one ends.
+"""Each process the grader starts (grading workers, kernel launchers and their bwrap, kernel zygotes) dies with
+the process that started it, however that one ends. (A referee server ends when its stdin closes.)
 
 Linux's parent-death signal (prctl PR_SET_PDEATHSIG) kills a child when its parent dies, but only if the
 parent is still alive when the child asks for it. A parent that died between the fork and the call (a worker
@@ -8,9 +8,10 @@ the child, and the sandbox it was about to make, would run on with nobody to sto
 after the call, that its parent is still the process that started it, and ends at once otherwise.
 
 The starting process's pid is taken before the fork: a child that reads getppid() first would read init's pid
-once its parent had died, and take init for its parent. A kernel launcher is started by jupyter_client, not by
-our code, so its parent's pid reaches it in the environment (PARENT_ENV, set by the grading process:
-worker.new_student_dir).
+once its parent had died, and take init for its parent. It reaches the child as an argument (a kernel zygote's),
+in the environment (PARENT_ENV: a kernel launcher, which jupyter_client starts, from worker.new_student_dir), or
+through a preexec_fn (DiesWithThisProcess: only from a process that runs one thread, as a launcher does, since
+Python code run between fork and exec in a process with threads can deadlock).
 """
 import os
 import signal

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..executors.scratch import mark_owner, remove_orphans
-from ..integrity.lifetime import DiesWithThisProcess
 from .asks import ANSWERS
 from .compiled import Folder
 from .verdict import Verdict
@@ -102,8 +101,10 @@ class Referee:
         if self.proc is not None and self.proc.poll() is None:
             return
         cmd, env = self._command()
+        # It ends when its stdin closes, so it ends with this process however that ends (no preexec_fn: this
+        # process may run threads, and Python code run between fork and exec could deadlock).
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=self.folder,
-                                     start_new_session=True, preexec_fn=DiesWithThisProcess())
+                                     start_new_session=True)
         self.started, self.sent = False, set()
 
     def _line(self, deadline: float) -> bytes:
