@@ -73,7 +73,11 @@ def test_a_child_whose_parent_lives_runs_and_dies_with_it():
 WATCH = """
 import os, sys
 from donation_course.grading.integrity.kernel import _watch
-lifeline, end, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+lifeline, end, marker, pidfd = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+if pidfd == "refused":  # Linux before 5.3, or a seccomp profile that refuses it: _watch polls instead
+    def refused(pid, flags=0):
+        raise OSError(38, "Function not implemented")
+    os.pidfd_open = refused
 if end == "launcher" and os.fork() == 0:  # a process the kernel started and left running
     os.execvp("sleep", ["sleep", marker])
 kernel = os.fork()
@@ -91,15 +95,16 @@ def _sleeping(marker: str) -> list:
 
 
 @needs_bwrap
+@pytest.mark.parametrize("pidfd", ["pidfd", "refused"])
 @pytest.mark.parametrize("end", ["launcher", "kernel"])
-def test_a_started_kernels_sandbox_ends_with_its_launcher_or_with_the_kernel(end):
+def test_a_started_kernels_sandbox_ends_with_its_launcher_or_with_the_kernel(end, pidfd):
     """kernel._watch in a PID namespace of its own, with no parent-death signal anywhere (bwrap without
     --die-with-parent): when the launcher's end of the lifeline closes, every process of the sandbox is
     killed; when the kernel ends first, the sandbox ends with the kernel's exit status."""
-    marker = f"600.{os.getpid()}{'1' if end == 'launcher' else '2'}"
+    marker = f"600.{os.getpid()}{'1' if end == 'launcher' else '2'}{'1' if pidfd == 'pidfd' else '2'}"
     lifeline, lifeline_w = os.pipe()
     bwrap = ["bwrap", "--unshare-pid", "--dev-bind", "/", "/", "--proc", "/proc", "--",
-             os.path.realpath(sys.executable), "-c", WATCH, str(lifeline), end, marker]
+             os.path.realpath(sys.executable), "-c", WATCH, str(lifeline), end, marker, pidfd]
     proc = subprocess.Popen(bwrap, pass_fds=[lifeline], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     os.close(lifeline)
     try:

@@ -241,6 +241,7 @@ open("mine.txt", "w").write("changed in the sandbox")
 print("uid", os.getuid(), "pid1", open("/proc/1/cmdline").read().split(chr(0))[0])
 print("pid", os.getpid(), "pid2", os.path.basename(open("/proc/2/cmdline").read().split(chr(0))[0]))
 print("processes", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+print("own-session", os.getsid(0) == os.getpid() == os.getpgid(0))
 status = dict(line.split(":", 1) for line in open("/proc/%d/status" % os.getpid()).read().splitlines())
 caps = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 print("caps", *(status[k].strip() for k in caps), "nnp", status["NoNewPrivs"].strip())
@@ -262,6 +263,8 @@ print("caps", *(status[k].strip() for k in caps), "nnp", status["NoNewPrivs"].st
     # dies: the holder (`cat`) when it was forked in (kernel_zygote.py), the launcher's inner step (kernel._watch)
     # when it was started there. Either way no capability, and no privilege an exec could gain
     assert f"pid 3 pid2 {'cat' if forked else 'python'}" in out and "processes [1, 2, 3]" in out, out
+    # its own session and process group: ipykernel's interrupt (a cell's time limit) signals the group only
+    assert "own-session True" in out, out
     assert "caps 0000000000000000 0000000000000000 0000000000000000 0000000000000000 nnp 1" in out, out
     assert (course / "gradebook.db").read_text() == "secret grades"
     assert (cwd / "mine.txt").read_text() == "alice's file"  # writes went to the scratch copy

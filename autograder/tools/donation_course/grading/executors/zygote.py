@@ -209,12 +209,13 @@ def main(fd: int, parent: int) -> None:
                 raise RuntimeError(f"the zygote got {request!r}; it only forks")
         if threading.active_count() != 1:
             raise RuntimeError(f"the zygote runs {threading.active_count()} threads; it forks from one only")
+        me = os.getpid()  # (taken before the fork: the child's getppid() names init if this process died first)
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             name_process(b"dl-grader")
             try:
-                serve(MeasuredConnection(Connection(handle)), job, os.getppid(), inherited=(conn,))
+                serve(MeasuredConnection(Connection(handle)), job, me, inherited=(conn,))
             finally:
                 os._exit(0)
         os.close(handle)

@@ -5,11 +5,12 @@ value in DONATION_LAB_KERNEL) and the student's folder
 (DONATION_LAB_STUDENT_DIR: runtime/, and scratch/ for an unsandboxed
 kernel's home), caps the kernel's address space, file size and core files,
 builds the kernel's fixed environment (sandbox.fixed_env) and, when
-sandboxed, exec's bubblewrap (sandbox.py), which runs this module again
-with --inner. Inside: copies the working folder into its capped tmpfs, then
-starts the kernel (caps the process count, drops root for the sandbox uid,
-exec's a normal ipykernel) and waits for it, ending the sandbox if the
-launcher dies first (_watch). A
+sandboxed, starts bubblewrap (sandbox.py), which runs this module again
+with --inner (or a holder, for a kernel forked from the zygote). Inside:
+copies the working folder into its capped tmpfs, then starts the kernel
+(a new session, the process cap, the sandbox uid instead of root, a normal
+ipykernel) and waits for it, ending the sandbox if the launcher dies first
+(_watch). A
 submission that allocates too much gets a MemoryError in its own cell
 instead of taking the machine (or the other workers) down.
 """
@@ -68,18 +69,26 @@ def _audit_channel(settings: KernelSettings, student_dir: Path) -> list:
 
 
 def inner(argv: list) -> None:
-    """In the sandbox, still root: cap processes, become the sandbox uid, start the kernel.
-    argv: --nproc N --lifeline FD, the audit arguments up to --, then the kernel's own arguments."""
+    """In the sandbox, still root: start the kernel (its own session, the process cap, the sandbox uid) and wait
+    for it (_watch). argv: --nproc N --lifeline FD, the audit arguments up to --, then the kernel's own arguments."""
+    import signal
+
     from .sandbox import become_sandbox_uid, fill_working_folder
 
     nproc, lifeline, rest = int(argv[1]), int(argv[3]), argv[4:]
     audit, argv = rest[:rest.index("--")], rest[rest.index("--") + 1:]  # (no audit arguments: audit off)
     fill_working_folder(os.getcwd())
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (an ignored SIGCHLD, inherited, would reap the kernel unseen)
     kernel = os.fork()
     if kernel == 0:
-        os.close(lifeline)
-        become_sandbox_uid(os.path.dirname(argv[argv.index("-f") + 1]), nproc)
-        os.execv(sys.executable, _kernel(sys.executable, argv, audit))
+        try:
+            os.close(lifeline)
+            # its own session and process group, as a forked kernel's: ipykernel's interrupt signals its group
+            os.setsid()
+            become_sandbox_uid(os.path.dirname(argv[argv.index("-f") + 1]), nproc)
+            os.execv(sys.executable, _kernel(sys.executable, argv, audit))
+        finally:
+            os._exit(127)
     os._exit(_watch(kernel, lifeline))
 
 
@@ -92,20 +101,31 @@ def _watch(kernel: int, lifeline: int) -> int:
     bwrap's init asks for its own only after mounting the sandbox: a launcher killed in between (its grading
     process stopped by Ctrl-C as it started a kernel) would leave the sandbox and its kernel running for good.
     A kernel forked from the zygote has the same guard in the sandbox's holder (_holder)."""
+    import ctypes
     import select
     import signal
 
-    pidfd = os.pidfd_open(kernel)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C is the grader's to handle, not this one's)
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: not traceable, even by its own uid
+    try:
+        pidfd = os.pidfd_open(kernel)
+    except (OSError, AttributeError):  # (Linux before 5.3, or a seccomp profile that refuses it)
+        pidfd = None
     poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
     poller.register(lifeline, select.POLLIN)  # the launcher's end closed: POLLHUP
-    ready = {fd for fd, _ in poller.poll()}
-    if pidfd not in ready:  # (the lifeline has nothing else to say)
-        os.kill(-1, signal.SIGKILL)  # every process of this sandbox's PID namespace but its init and this one
-        return 128 + signal.SIGKILL
-    _, status = os.waitpid(kernel, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return code if code >= 0 else 128 - code  # a signal's death as a shell reports it (and bwrap does)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    while True:
+        ready = {fd for fd, _ in poller.poll(None if pidfd is not None else 200)}
+        if lifeline in ready:
+            # every process of this sandbox's PID namespace but its init and this one (pid 2 under bwrap's
+            # init: outside a PID namespace of its own, only the kernel)
+            os.kill(-1 if os.getpid() == 2 else kernel, signal.SIGKILL)
+            return 128 + signal.SIGKILL
+        done, status = os.waitpid(kernel, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code  # a signal's death as a shell reports it (and bwrap does)
 
 
 def _connection(argv: list, runtime: Path) -> list:
@@ -125,9 +145,10 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--inner"]:
         return inner(argv[1:])
-    # SIGKILL this launcher when the grading process that started it dies, however it dies (kept across exec:
-    # bwrap, which it becomes, then takes the sandbox along; an unsandboxed kernel dies itself). Without it, a
-    # grader killed mid-notebook (a cluster worker's, with its worker) would leave the kernel running.
+    # SIGKILL this launcher when the grading process that started it dies, however it dies (bwrap, which it
+    # starts, dies with it and takes the sandbox along; an unsandboxed kernel, which it becomes by exec, keeps the
+    # signal). Without it, a grader killed mid-notebook (a cluster worker's, with its worker) would leave the
+    # kernel running.
     die_with_starter()
     from .sandbox import SANDBOX_UID, bwrap_argv, fixed_env, font_list, unsandboxed_env, venv_python
 

@@ -2,7 +2,7 @@
 
 A grading kernel used to start a new Python inside each student's sandbox and import ipykernel and JAX
 there: about 1.2 s of a core per student, a third of a submission's cost. Each grading process now starts
-one zygote (`python -P -m donation_course.grading.integrity.kernel_zygote SOCKET`, in the kernel's fixed
+one zygote (`python -P -m donation_course.grading.integrity.kernel_zygote SOCKET PARENT_PID`, in the kernel's fixed
 environment, outside any sandbox). It imports ipykernel, JAX and NumPy once, stays one thread, and serves
 the kernel launchers of its grading process over a unix socket in the grading process's private folder.
 
@@ -52,8 +52,8 @@ def _prctl(option: int, value: int) -> int:
 
 
 def _die_with_parent() -> None:
-    """In a process forked inside the sandbox's PID namespace (the kernel), where the parent's pid is not
-    seen: the sandbox ends it anyway when its launcher dies."""
+    """In the kernel, forked inside the sandbox's PID namespace, where its parent's pid is not seen. (Its later
+    change of uid clears the signal when the grader is root; the sandbox ends it anyway when its launcher dies.)"""
     _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
