@@ -127,3 +127,45 @@ def test_a_started_kernels_sandbox_ends_with_its_launcher_or_with_the_kernel(end
             proc.kill()
         for p in _sleeping(marker):
             p.kill()
+
+
+ORPHANS = """
+import os, subprocess, sys, time
+from donation_course.grading.executors.orphans import Orphans
+marker = sys.argv[1]
+own = subprocess.Popen(["sleep", marker + "1"])   # the run's own, from before: never touched
+orphans = Orphans()
+kept = subprocess.Popen(["sleep", marker + "2"])  # a live worker: kept
+# a worker's process whose parent dies: handed to this process (a subreaper), not to init
+subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(['sleep', sys.argv[1]])",
+                marker + "3"], check=True)
+time.sleep(0.5)
+print("subreaper", orphans.subreaper, flush=True)
+print("handed", sorted(p.cmdline()[-1][-1] for p in orphans.me.children()), flush=True)
+print("ended", len(orphans.end(keep={kept.pid})), flush=True)
+print("left", sorted(p.cmdline()[-1][-1] for p in orphans.me.children()), flush=True)
+own.kill(); kept.kill()
+"""
+
+
+def test_a_process_handed_to_the_run_is_ended_and_its_own_and_its_workers_are_kept():
+    """orphans.py: what a dead worker's process leaves comes to the run's process, which ends it; the run's own
+    children and its live workers are not touched."""
+    marker = f"600.{os.getpid()}"
+    r = subprocess.run([sys.executable, "-c", ORPHANS, marker], capture_output=True, text=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "subreaper True" in r.stdout, r.stdout
+        assert "handed ['1', '2', '3']" in r.stdout, r.stdout  # the orphan came to it, beside its own two
+        assert "ended 1" in r.stdout and "left ['1', '2']" in r.stdout, r.stdout
+    finally:
+        for p in _sleeping_any(marker):
+            p.kill()
+    assert _sleeping_any(marker) == [], "a process of the test outlived it"
+
+
+def _sleeping_any(marker: str) -> list:
+    import psutil
+
+    return [p for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [""])[0] == "sleep" and p.info["cmdline"][-1].startswith(marker)]

@@ -21,6 +21,7 @@ from ... import interrupts
 from ...course import CourseError
 from ..results.result import StudentResult
 from ..run.state import held_locks
+from .orphans import Orphans
 from .protocol import Died, Done, Grade, Ready, Stop, receive
 from .worker import WorkerJob, serve
 
@@ -52,6 +53,7 @@ class LocalPool:
         # _start refuses to fork otherwise.
         self.ctx = mp.get_context("fork")
         self.job, self.timeout, self.early_deaths = job, timeout, 0
+        self.orphans = Orphans()  # what a killed worker's processes leave behind comes to this process (orphans.py)
         self.slots = [self._start(i) for i in range(n)]
 
     def _start(self, i: int) -> Slot:
@@ -70,6 +72,8 @@ class LocalPool:
         return Slot(i, proc, parent, log=job.log)
 
     def kill(self, slot: Slot) -> None:
+        """Kill a worker and every process under it, and wait until they are gone; then end what they left (a
+        process started after the list was taken, now handed to this one)."""
         import psutil
 
         try:
@@ -84,6 +88,8 @@ class LocalPool:
         slot.proc.kill()
         slot.proc.join(5)
         slot.conn.close()
+        psutil.wait_procs(procs, timeout=10)
+        self.orphans.end(keep={s.proc.pid for s in self.slots if s is not slot})
 
     def replace(self, slot: Slot) -> None:
         if not slot.ready:
@@ -104,6 +110,7 @@ class LocalPool:
             slot.proc.join(10)
             if slot.proc.is_alive():
                 self.kill(slot)
+        self.orphans.end(keep=set())
 
     def grade(self, students: list[str]) -> Iterator[StudentResult]:
         """Grade `students`; yield each result as it comes. Ctrl-C kills every worker at once."""
@@ -129,6 +136,9 @@ class LocalPool:
                         case Done(result=result):
                             slot.student = None
                             pending -= 1
+                            # each kernel's bwrap outlives its launcher (killed at the kernel's shutdown) by a moment:
+                            # it comes to this process to die, and is reaped here
+                            self.orphans.end(keep={s.proc.pid for s in self.slots})
                             yield result
                         case Died():
                             student, slot.student = slot.student, None
