@@ -189,6 +189,7 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
     the grader's bar does not."""
     import threading
 
+    from donation_course.grading.executors.orphans import _subreaper
     from donation_course.grading.executors.pool import LocalPool
     from donation_course.grading.executors.worker import WorkerJob
     from donation_course.grading.run.settings import GradingSettings
@@ -212,6 +213,8 @@ def test_the_progress_bar_starts_no_thread_and_workers_are_not_forked_beside_one
     finally:
         stop.set()
         other.join()
+    # the refused pool leaves this process as it was: not the subreaper of what it starts (executors/orphans.py)
+    assert not _subreaper()
 
 
 def test_the_compile_cache_is_filled_again_only_when_what_it_ran_changes(tmp_path):

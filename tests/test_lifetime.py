@@ -131,7 +131,7 @@ def test_a_started_kernels_sandbox_ends_with_its_launcher_or_with_the_kernel(end
 
 ORPHANS = """
 import os, subprocess, sys, time
-from donation_course.grading.executors.orphans import Orphans
+from donation_course.grading.executors.orphans import Orphans, _subreaper
 marker = sys.argv[1]
 own = subprocess.Popen(["sleep", marker + "1"])   # the run's own, from before: never touched
 orphans = Orphans()
@@ -144,6 +144,8 @@ print("subreaper", orphans.subreaper, flush=True)
 print("handed", sorted(p.cmdline()[-1][-1] for p in orphans.me.children()), flush=True)
 print("ended", len(orphans.end(keep={kept.pid})), flush=True)
 print("left", sorted(p.cmdline()[-1][-1] for p in orphans.me.children()), flush=True)
+orphans.release()
+print("released", not _subreaper(), flush=True)
 own.kill(); kept.kill()
 """
 
@@ -158,6 +160,7 @@ def test_a_process_handed_to_the_run_is_ended_and_its_own_and_its_workers_are_ke
         assert "subreaper True" in r.stdout, r.stdout
         assert "handed ['1', '2', '3']" in r.stdout, r.stdout  # the orphan came to it, beside its own two
         assert "ended 1" in r.stdout and "left ['1', '2']" in r.stdout, r.stdout
+        assert "released True" in r.stdout, r.stdout  # the process as it was, once the pool is done
     finally:
         for p in _sleeping_any(marker):
             p.kill()

@@ -18,18 +18,23 @@ from __future__ import annotations
 
 import time
 
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 END_WITHIN = 10  # seconds to end what was handed over (SIGKILL: normally milliseconds)
 
 
-def become_subreaper() -> bool:
-    """This process is handed its descendants whose parent dies (not inherited by what it forks)."""
+def _subreaper(on: bool | None = None) -> bool:
+    """Whether this process is handed its descendants whose parent dies (not inherited by what it forks); with
+    `on`, set it first. False where Linux's prctl is not there: orphans then go to init, as before."""
     import ctypes
 
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        if on is not None and prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+            return False
+        state = ctypes.c_int(0)
+        return prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(state), 0, 0, 0) == 0 and bool(state.value)
     except (OSError, AttributeError):
-        return False  # not Linux: orphans go to init, as before
+        return False
 
 
 class Orphans:
@@ -39,8 +44,15 @@ class Orphans:
         import psutil
 
         self.me = psutil.Process()
-        self.subreaper = become_subreaper()
+        self.was_subreaper = _subreaper()
+        self.subreaper = _subreaper(True)
         self.before = {p.pid for p in self.me.children()}  # the run's own, made before the workers: never touched
+
+    def release(self) -> None:
+        """This process as it was before (a pool made inside another program, a test's process, leaves it so)."""
+        if self.subreaper and not self.was_subreaper:
+            _subreaper(False)
+        self.subreaper = False
 
     def end(self, keep: set) -> list:
         """Kill and reap every process handed over, except the pids in `keep` (the live workers), until none is

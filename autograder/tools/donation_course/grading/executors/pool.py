@@ -54,7 +54,11 @@ class LocalPool:
         self.ctx = mp.get_context("fork")
         self.job, self.timeout, self.early_deaths = job, timeout, 0
         self.orphans = Orphans()  # what a killed worker's processes leave behind comes to this process (orphans.py)
-        self.slots = [self._start(i) for i in range(n)]
+        try:
+            self.slots = [self._start(i) for i in range(n)]
+        except BaseException:
+            self.orphans.release()
+            raise
 
     def _start(self, i: int) -> Slot:
         if threading.active_count() != 1:
@@ -111,6 +115,7 @@ class LocalPool:
             if slot.proc.is_alive():
                 self.kill(slot)
         self.orphans.end(keep=set())
+        self.orphans.release()
 
     def grade(self, students: list[str]) -> Iterator[StudentResult]:
         """Grade `students`; yield each result as it comes. Ctrl-C kills every worker at once."""
