@@ -24,6 +24,7 @@ from ..run.state import held_locks
 from .orphans import Orphans
 from .protocol import Died, Done, Grade, Ready, Stop, receive
 from .worker import WorkerJob, serve
+from .zygote import kill_all
 
 # A worker that dies before it is ready has met a problem of the grader, not
 # of a student (a broken nbgrader_config.py, a full disk): after this many
@@ -84,15 +85,10 @@ class LocalPool:
             procs = psutil.Process(slot.proc.pid).children(recursive=True)
         except psutil.Error:
             procs = []
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        kill_all(procs)  # SIGKILL each, then wait until they are gone
         slot.proc.kill()
         slot.proc.join(5)
         slot.conn.close()
-        psutil.wait_procs(procs, timeout=10)
         self.orphans.end(keep={s.proc.pid for s in self.slots if s is not slot})
 
     def replace(self, slot: Slot) -> None:
