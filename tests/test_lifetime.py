@@ -172,3 +172,45 @@ def _sleeping_any(marker: str) -> list:
 
     return [p for p in psutil.process_iter(["cmdline"])
             if (p.info["cmdline"] or [""])[0] == "sleep" and p.info["cmdline"][-1].startswith(marker)]
+
+
+KILLED_WORKER = """
+import multiprocessing as mp, os, subprocess, sys, time
+from donation_course.grading.executors.orphans import Orphans
+from donation_course.grading.executors.pool import LocalPool, Slot
+marker = sys.argv[1]
+
+def worker(conn):  # a stand-in grading worker: its processes (a zygote, a launcher) under it, then it waits
+    subprocess.Popen(["sleep", marker + "1"])
+    subprocess.Popen(["sleep", marker + "2"])
+    conn.send("up")
+    time.sleep(600)
+
+ctx = mp.get_context("fork")
+pool = LocalPool.__new__(LocalPool)  # the pool's kill alone: no nbgrader, no kernel
+pool.orphans = Orphans()
+parent, child = ctx.Pipe()
+proc = ctx.Process(target=worker, args=(child,), daemon=True)
+proc.start()
+assert parent.recv() == "up"
+slot = Slot(0, proc, parent)
+pool.slots = [slot]
+print("left", pool.kill(slot), flush=True)
+print("worker", proc.exitcode, flush=True)
+pool.orphans.release()
+"""
+
+
+def test_a_killed_workers_processes_are_gone_when_the_pools_kill_returns():
+    """pool.LocalPool.kill: the worker is killed before its processes are waited for, so they are reaped (by the
+    run's process, their subreaper) and none is left to wait out the kill's time limit as the worker's zombie."""
+    marker = f"600.{os.getpid()}"
+    r = subprocess.run([sys.executable, "-c", KILLED_WORKER, marker], capture_output=True, text=True, timeout=120)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "left []" in r.stdout, r.stdout
+        assert "worker -9" in r.stdout, r.stdout
+    finally:
+        for p in _sleeping_any(marker):
+            p.kill()
+    assert _sleeping_any(marker) == [], "a process of the killed worker outlived it"

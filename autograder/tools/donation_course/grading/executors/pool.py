@@ -24,7 +24,6 @@ from ..run.state import held_locks
 from .orphans import Orphans
 from .protocol import Died, Done, Grade, Ready, Stop, receive
 from .worker import WorkerJob, serve
-from .zygote import kill_all
 
 # A worker that dies before it is ready has met a problem of the grader, not
 # of a student (a broken nbgrader_config.py, a full disk): after this many
@@ -76,20 +75,29 @@ class LocalPool:
         child.close()
         return Slot(i, proc, parent, log=job.log)
 
-    def kill(self, slot: Slot) -> None:
+    def kill(self, slot: Slot) -> list[int]:
         """Kill a worker and every process under it, and wait until they are gone; then end what they left (a
-        process started after the list was taken, now handed to this one)."""
+        process started after the list was taken, now handed to this one). Returns the pids of its processes
+        still there after the wait (none, unless one cannot be killed)."""
         import psutil
 
         try:
             procs = psutil.Process(slot.proc.pid).children(recursive=True)
         except psutil.Error:
             procs = []
-        kill_all(procs)  # SIGKILL each, then wait until they are gone
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        # The worker goes before they are waited for: until it is gone, the killed ones are its zombies, which
+        # only it would reap; then this process (their subreaper, orphans.py) reaps them in wait_procs.
         slot.proc.kill()
         slot.proc.join(5)
         slot.conn.close()
+        _, alive = psutil.wait_procs(procs, timeout=10)
         self.orphans.end(keep={s.proc.pid for s in self.slots if s is not slot})
+        return [p.pid for p in alive]
 
     def replace(self, slot: Slot) -> None:
         if not slot.ready:
