@@ -790,7 +790,7 @@ def test_the_text_names_the_donated_types_not_the_function():
 
 
 HALF_DONATED = """
-    import os, sys, threading
+    import os, sys, threading, time
     import numpy as np, jax, jax.numpy as jnp
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
@@ -807,14 +807,22 @@ HALF_DONATED = """
         print("RESULT ran", flush=True)
     except RuntimeError as err:
         print("RESULT", type(err).__name__, str(err).split(": while")[0], flush=True)
-    # every later program on several devices, after the error; one-device work
+    # one-device work, then every later program on several devices, after the error: the two multi-device
+    # programs start together and share one 10 s wait (a program still running then hangs)
     two = NamedSharding(jax.make_mesh((2,), ("x",), devices=jax.devices()[5:7]), P("x"))
-    for name, sharding in (("one device", jax.devices()[3]), ("two devices", two), ("eight devices", replicated)):
-        later = threading.Thread(target=lambda: (jax.device_put(jnp.arange(4.0), sharding) * 2).block_until_ready(),
-                                 daemon=True)
-        later.start()
-        later.join(10)
-        print("LATER", name, "hangs" if later.is_alive() else "finishes", flush=True)
+
+    def later(sharding):
+        thread = threading.Thread(target=lambda: (jax.device_put(jnp.arange(4.0), sharding) * 2).block_until_ready(),
+                                  daemon=True)
+        thread.start()
+        return thread
+
+    for group in ((("one device", jax.devices()[3]),), (("two devices", two), ("eight devices", replicated))):
+        started = [(name, later(sharding)) for name, sharding in group]
+        deadline = time.monotonic() + 10
+        for name, thread in started:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            print("LATER", name, "hangs" if thread.is_alive() else "finishes", flush=True)
     os._exit(0)
 """
 
