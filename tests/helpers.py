@@ -94,7 +94,7 @@ def machine_load() -> float:
 # Limits for test grading runs: two workers, a short per-cell time. The runs
 # that use them grade the exercise (and two short lessons), whose slowest cell
 # (the capstone's NaN hunt) takes about 0.35 s alone. The suite itself keeps
-# the machine busy: two xdist processes, each grading on two workers, beside
+# the machine busy: three xdist processes, each grading on two workers, beside
 # the browser and cluster tests, so such a cell runs 10 to 20 times slower
 # than alone at its worst (a fresh-clone CI run at c502333 lost the NaN hunt's
 # points to a 6 s limit). 12 s leaves room for that, and the corpus's endless

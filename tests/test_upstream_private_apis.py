@@ -86,7 +86,7 @@ XDIST_PRIVATE = {
 
 def test_xdist_scheduler_hooks():
     # tests/xdist_units.py's SharedFixtureScheduling (the suite's scheduler on
-    # two processes) extends pytest-xdist 3.8.0's LoadScopeScheduling through
+    # three processes) extends pytest-xdist 3.8.0's LoadScopeScheduling through
     # the private methods above, its workqueue and assigned_work, and a
     # worker's shutting_down and shutdown().
     import xdist

@@ -1,6 +1,9 @@
 """A pytest plugin: how the suite's tests are shared out between pytest-xdist's
-two processes (`-n 2` in pyproject.toml's addopts, which loads this module with
-`-p xdist_units`; `pythonpath = ["tests"]` puts it on sys.path).
+processes (`-n 3` in pyproject.toml's addopts, which loads this module with
+`-p xdist_units`; `pythonpath = ["tests"]` puts it on sys.path). Three on the
+2-core reference machine: some tests wait (a kernel sleeping out its time
+limit, a server or browser starting), and a third process keeps both cores
+busy meanwhile (docs/performance.md: 97% busy against 87% with two).
 
 A test is a unit of work on its own, except in the files named in
 SHARED_FIXTURE_UNITS, whose tests share an expensive fixture (a graded corpus,
