@@ -240,3 +240,41 @@ def test_a_signal_ignored_at_start_stays_ignored():
             interrupts.uninstall(replaced)
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+@pytest.mark.parametrize("uv, uv_exit, installer", [
+    (["uv", "pip", "install"], 0, "uv"),    # uv installs every step; pip is never run
+    (["uv", "pip", "install"], 2, "pip"),   # uv fails (an index only pip.conf names): pip installs every step
+    (None, None, "pip"),                    # no uv to be had: pip
+])
+def test_environments_are_installed_by_uv_and_by_pip_where_uv_cannot(monkeypatch, tmp_path, uv, uv_exit, installer):
+    import subprocess
+
+    from helpers import load_course_script
+
+    course = load_course_script()
+    ran = []
+    monkeypatch.setattr(course, "uv_command", lambda env: uv)
+    monkeypatch.setattr(course.subprocess, "run",
+                        lambda cmd, **kw: ran.append(("uv", cmd)) or subprocess.CompletedProcess(cmd, uv_exit))
+    monkeypatch.setattr(course, "run_or_die", lambda cmd, env: ran.append(("pip", cmd)))
+    monkeypatch.setattr(course, "stamp", lambda name: tmp_path / f".installed-{name}")
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.touch()
+    (tmp_path / "pyvenv.cfg").write_text(f"version = {course.sys.version.split()[0]}\n")
+    course.install("instructor", tmp_path, python, {})
+
+    steps = [["-r", str(course.ROOT / "requirements-instructor.txt")],
+             ["--no-deps", "-e", str(course.ROOT), "-e", str(course.ROOT / "autograder" / "tools")]]
+    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    by_uv = [("uv", [*uv, "--python", str(python), *step]) for step in steps] if uv else []
+    by_pip = [("pip", pip + step) for step in steps]
+    tail = [("pip", ["bash", str(course.ROOT / "binder" / "drop-slow-imports")])]
+    if installer == "uv":
+        assert ran == by_uv + tail
+    elif uv:  # uv's first step failed: all() stops there, and pip installs both
+        assert ran == by_uv[:1] + by_pip + tail
+    else:
+        assert ran == by_pip + tail
+    assert (tmp_path / ".installed-instructor").read_text() == course.requirements_digest("instructor")
