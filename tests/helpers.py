@@ -91,10 +91,10 @@ def machine_load() -> float:
     return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
-# Limits for test grading runs: two workers, a short per-cell time. The runs
+# Limits for test grading runs: one worker, a short per-cell time. The runs
 # that use them grade the exercise (and two short lessons), whose slowest cell
 # (the capstone's NaN hunt) takes about 0.35 s alone. The suite itself keeps
-# the machine busy: three xdist processes, each grading on two workers, beside
+# the machine busy: three xdist processes, each grading on one or two workers, beside
 # the browser and cluster tests, so such a cell runs 10 to 20 times slower
 # than alone at its worst (a fresh-clone CI run at c502333 lost the NaN hunt's
 # points to a 6 s limit). 12 s leaves room for that, and the corpus's endless
@@ -102,8 +102,14 @@ def machine_load() -> float:
 # its cores when the tests start (a shared CI runner, a CPU-burning process
 # beside) gets limits scaled with its load, up to 4 times.
 LIMIT_SCALE = min(4.0, machine_load())
-GRADE_LIMITS = ["--workers", "2", "--timeout", str(round(150 * LIMIT_SCALE)),
+GRADE_LIMITS = ["--workers", "1", "--timeout", str(round(150 * LIMIT_SCALE)),
                 "--cell-timeout", str(round(12 * LIMIT_SCALE)), "--no-progress"]
+# The same on two workers, for the runs that grade a class in parallel on purpose: the graded corpora
+# (grade_class), the deadline-day class and the LMS exports, each compared with serial nbgrader, and the
+# local run the cluster is compared with. Elsewhere one worker: a second costs about 2 s of CPU a run
+# (a kernel zygote, a referee server; docs/performance.md), which a class of one to three students does
+# not win back on a machine the suite keeps busy.
+PARALLEL_LIMITS = ["--workers", "2", *GRADE_LIMITS[2:]]
 
 
 def grade(env, *args, check=True, cwd=ROOT, timeout=None):
@@ -140,7 +146,7 @@ def gradebook_scores(course) -> dict:
 
 @dataclass(frozen=True)
 class GradedClass:
-    """A class graded once by `./course grade` (GRADE_LIMITS): its scratch course, the folder of files it
+    """A class graded once by `./course grade` (PARALLEL_LIMITS): its scratch course, the folder of files it
     graded, what the command said, and the gradebook's scores as the run left them ({student: {notebook:
     score}}). Read it; a test that changes the course works on a copy (shutil.copytree)."""
 
@@ -155,13 +161,13 @@ class GradedClass:
 def grade_class(folder: Path, course: Path, build, env) -> None:
     """Build a class's submissions (build(files)) as one flat LMS folder, folder/files, grade it once with
     ./course grade in `course`, and keep what the command said beside them (folder/grade.json). The
-    command may take as long as its students may (GRADE_LIMITS' limit for each, two at a time): a class
+    command may take as long as its students may (PARALLEL_LIMITS' limit for each, two at a time): a class
     of dozens takes minutes, longer than `grade`'s 600 s on a busy machine."""
     files = folder / "files"
     build(files)
     students = len({p.name.split("_", 1)[0] for p in files.iterdir()})
     each = float(GRADE_LIMITS[GRADE_LIMITS.index("--timeout") + 1])
-    r = grade(env, files, "--course", course, *GRADE_LIMITS, timeout=600 * LIMIT_SCALE + students * each / 2)
+    r = grade(env, files, "--course", course, *PARALLEL_LIMITS, timeout=600 * LIMIT_SCALE + students * each / 2)
     (folder / "grade.json").write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout,
                                                    "stderr": r.stderr}))
 

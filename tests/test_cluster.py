@@ -22,7 +22,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import EXERCISE_ANSWER, ROOT
-from helpers import COURSE_CMD, GRADE_LIMITS, LIMIT_SCALE, grade, gradebook_scores, read_grades
+from helpers import COURSE_CMD, GRADE_LIMITS, LIMIT_SCALE, PARALLEL_LIMITS, grade, gradebook_scores, read_grades
 from local_cluster import (
     MARKER,
     Cluster,
@@ -182,7 +182,7 @@ def test_the_course_bundle_names_the_course_not_its_students(generated_course, t
 def test_the_cluster_grades_like_the_local_run(cluster, corpus_files, tmp_path, env, generated_course):
     files = submissions(corpus_files, tmp_path / "files", SUBSET)
     local = generated_course(tmp_path / "local")
-    grade(env, files, "--course", local, *GRADE_LIMITS, "--scheduler", "local")
+    grade(env, files, "--course", local, *PARALLEL_LIMITS, "--scheduler", "local")
     remote = generated_course(tmp_path / "remote")
     r = grade(env, files, "--course", remote, *GRADE_LIMITS, "--scheduler", cluster.address)
     assert f"on the cluster at {cluster.address}" in r.stdout, r.stdout

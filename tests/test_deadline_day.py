@@ -26,7 +26,7 @@ import pytest
 
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT
-from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, nbgrader, read_grades, run
+from helpers import GRADE_LIMITS, LIMIT_SCALE, PARALLEL_LIMITS, grade, nbgrader, read_grades, run
 
 ASSIGNMENT = COURSE.assignment
 EX = corpus.EXERCISE
@@ -187,7 +187,7 @@ def story(tmp_path_factory, env, course_template):
 
     # 1. The whole class, broken files and all; then Blackboard's jdoe, read in UTC (late)
     before = shutil.copytree(course, tmp / "before1")
-    s.first = grade(env, subs1, "--course", course, *GRADE_LIMITS)
+    s.first = grade(env, subs1, "--course", course, *PARALLEL_LIMITS)
     s.first_ours, s.first_serial = state_of(course, graded), serial(course, before, graded, env, "serial1")
     s.first_seen = snapshot(course)
     s.after_first = shutil.copytree(course, tmp / "after1")  # for a test that changes it (its own copy)
@@ -205,7 +205,7 @@ def story(tmp_path_factory, env, course_template):
     # Serial nbgrader grades both from the same course (before2) in one run.
     before = shutil.copytree(course, tmp / "before2")
     s.second = grade(env, subs1, "--course", course, "--student", "ann", "--student", "erin", "--student", "lena",
-                     *GRADE_LIMITS)
+                     *PARALLEL_LIMITS)
     second = ["ann", "erin", "lena", "lou", "kai", "kim"]
     s.second_ours = state_of(course, second)
     s.second_seen = snapshot(course)
@@ -219,7 +219,7 @@ def story(tmp_path_factory, env, course_template):
                                                         "erin": ("wrongvalue", True, "2024-03-01 10:00:00")})
     # Serial nbgrader grades ann, bob and erin from the same course (before3) in one run.
     before = shutil.copytree(course, tmp / "before3")
-    s.third = grade(env, subs2, "--course", course, *GRADE_LIMITS)
+    s.third = grade(env, subs2, "--course", course, *PARALLEL_LIMITS)
     serial3 = serial(course, before, ["ann", "bob", "erin"], env, "serial3")
     s.third_ours, s.third_serial = state_of(course, ["ann", "bob"]), {sid: serial3[sid] for sid in ("ann", "bob")}
     s.third_seen = snapshot(course)

@@ -15,7 +15,7 @@ import pytest
 from donation_course.corpus import exercise as corpus
 from donation_course.course import COURSE, EXERCISE_ANSWER, ROOT, Course
 from donation_course.grading.run.state import load_state
-from helpers import GRADE_LIMITS, LIMIT_SCALE, grade, nbgrader, read_grades
+from helpers import GRADE_LIMITS, LIMIT_SCALE, PARALLEL_LIMITS, grade, nbgrader, read_grades
 
 ASSIGNMENT = COURSE.assignment
 NBS = COURSE.notebooks
@@ -277,9 +277,9 @@ def test_lms_exports_grade_like_serial_nbgrader_with_late_penalty(tmp_path, env,
 
     course = late_course(generated_course(tmp_path / "course"))
     serial = shutil.copytree(course, tmp_path / "serial")  # the same course, for serial nbgrader below
-    grade(env, _zip(canvas, tmp_path / "canvas.zip"), "--course", course, *LIMITS)
-    grade(env, bb, "--course", course, *LIMITS)
-    r = grade(env, _zip(moodle, tmp_path / "moodle.zip"), "--course", course, *LIMITS)
+    grade(env, _zip(canvas, tmp_path / "canvas.zip"), "--course", course, *PARALLEL_LIMITS)
+    grade(env, bb, "--course", course, *PARALLEL_LIMITS)
+    r = grade(env, _zip(moodle, tmp_path / "moodle.zip"), "--course", course, *PARALLEL_LIMITS)
     expected = {"1002": (FULL, 0), "1004": (WRONG, 0), "1003": (FULL, 0), "1005": (FULL, FULL),
                 "jdoe": (FULL, FULL), "k.roe": (WRONG, 0), "4102": (FULL, 0), "4177": (WRONG, 0), "4200": (WRONG, 0)}
     ours = gradebook(course)
