@@ -166,7 +166,7 @@ def grade_class(folder: Path, course: Path, build, env) -> None:
     files = folder / "files"
     build(files)
     students = len({p.name.split("_", 1)[0] for p in files.iterdir()})
-    each = float(GRADE_LIMITS[GRADE_LIMITS.index("--timeout") + 1])
+    each = float(PARALLEL_LIMITS[PARALLEL_LIMITS.index("--timeout") + 1])
     r = grade(env, files, "--course", course, *PARALLEL_LIMITS, timeout=600 * LIMIT_SCALE + students * each / 2)
     (folder / "grade.json").write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout,
                                                    "stderr": r.stderr}))

@@ -70,8 +70,8 @@ def test_a_formgrader_edit_made_during_a_run_is_kept(tmp_path, env, generated_co
     answer = next(c for c in slow.cells if c.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER)
     answer.source += "\nimport time\ntime.sleep(5)\n"
     nbformat.write(slow, subs / f"aaa_{EX}.ipynb")
-    limits = GRADE_LIMITS  # --workers 1
-    run = subprocess.Popen([str(ROOT / "course"), "grade", str(subs), "--course", str(course), *limits],
+    # GRADE_LIMITS: one worker
+    run = subprocess.Popen([str(ROOT / "course"), "grade", str(subs), "--course", str(course), *GRADE_LIMITS],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list(course.glob("gradebook.db.bak-*"))[1:] and time.monotonic() < deadline and run.poll() is None:
