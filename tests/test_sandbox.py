@@ -2,6 +2,7 @@
 environment: what a grading kernel can reach, what the scan flags (and
 never flags), and that scores do not depend on the instructor's shell."""
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -298,12 +299,74 @@ for f in (update_with_donate, other_name):
     assert sorted(p.name for p in cache.iterdir()) == before
 
 
+RECOMPILING = """
+import logging, sys
+import jax, jax.numpy as jnp
+log = logging.getLogger("jax._src.compiler")
+log.addHandler(logging.StreamHandler(sys.stdout)); log.setLevel(logging.DEBUG)
+def own_step(state, delta):
+    return jnp.tanh(state) * 2.0 + delta
+step = jax.jit(own_step, donate_argnums=(0,))
+for clear in (step.clear_cache, jax.clear_caches, lambda: None):
+    state = jnp.ones(5)
+    out = step(state, jnp.ones(5))
+    print("donated", state.is_deleted(), "value", round(float(out[0]), 4))
+    clear()
+"""
+
+
+@needs_bwrap
+@FORKED_OR_NOT
+def test_a_grading_kernel_compiles_a_program_once_and_the_next_kernel_compiles_it_again(tmp_path, course_template,
+                                                                                       forked):
+    """An answer that clears its jit cache makes JAX compile the same program
+    again: a grading kernel loads it from its own memory instead
+    (kernel_compile_memo.py), and what it loads donates and computes as the
+    compiled program did. The memory is the kernel's alone: the next kernel
+    of the same grading process, forked from the same zygote or not,
+    compiles the program for itself, and the course's cache stays as it was."""
+    cache = Course(course_template).compile_cache
+    before = sorted(p.name for p in cache.iterdir())
+    course = make_course(tmp_path / "course")
+    runner = KernelRunner(TOKEN, str(cache))
+    try:
+        outs = []
+        for student in ("alice", "bob"):
+            cwd = course / "autograded" / student / "a"
+            cwd.mkdir(parents=True)
+            outs.append(runner.run({"cwd": str(cwd), "cells": [RECOMPILING], "trusted": [], "forked": forked,
+                                    "audit": True})["out"])
+    finally:
+        runner.close()
+    for out in outs:
+        lines = [ln for ln in out.splitlines() if "'jit_own_step'" in ln]
+        assert sum("CACHE MISS for 'jit_own_step'" in ln for ln in lines) == 1, out
+        assert sum("cache hit for 'jit_own_step'" in ln.lower() for ln in lines) == 2, out
+        assert out.count(f"donated True value {round(2 * math.tanh(1) + 1, 4)}") == 3, out
+    assert sorted(p.name for p in cache.iterdir()) == before
+
+
+def test_the_compile_memo_is_only_for_kernels_that_read_a_course_cache_they_cannot_write(monkeypatch):
+    """The instructor's own fill writes the course's cache (its minimum compile time is 0), a kernel without a
+    course cache has none to layer: neither gets the memory."""
+    from donation_course.grading.integrity import kernel_compile_memo
+
+    for env in ({"JAX_COMPILATION_CACHE_DIR": "/nonexistent", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"},
+                {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "inf"}):
+        monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert kernel_compile_memo.install() is False
+
+
 # --- through ./course grade -------------------------------------------------------
 
 PLANTER = """
 import os
+from jax._src import compilation_cache
 cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
 before = len(os.listdir(cache))
+compilation_cache.reset_cache()  # JAX's own cache of the folder again, not the kernel's memory over it
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.jit(lambda x: x * 3)(jnp.ones(3))
 print("planted", len(os.listdir(cache)) - before)
@@ -311,9 +374,11 @@ print("planted", len(os.listdir(cache)) - before)
 
 
 def test_an_unsandboxed_run_leaves_the_courses_compile_cache_as_it_was(tmp_path, env, generated_course):
-    """--no-sandbox kernels run as the instructor: only JAX's setting keeps
+    """--no-sandbox kernels run as the instructor: only JAX's settings keep
     them from writing the compile cache, so they get this run's copy of it.
-    A submission that turns writing back on writes into the copy alone."""
+    A submission that turns writing back on (JAX's cache of the folder instead
+    of the kernel's memory, kernel_compile_memo.py, and no minimum compile
+    time) writes into the copy alone."""
     subs = tmp_path / "subs"
     subs.mkdir()
     corpus.build(tmp_path / "files")

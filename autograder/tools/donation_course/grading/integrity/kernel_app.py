@@ -11,7 +11,11 @@ about 0.1 s of each kernel's start, and a thread. A grading kernel starts
 with debugpy's import refused, so ipykernel finds no debugger
 (`ipykernel.debugger._is_debugpy_available` is False) and offers none. The
 refusal ends once ipykernel has looked: a learner's own `import debugpy`
-imports it as in any kernel."""
+imports it as in any kernel.
+
+A grading kernel that reads the course's compile cache also keeps what it
+compiles in its own memory (kernel_compile_memo.py), so an answer that
+clears its jit cache does not compile the same program again."""
 from __future__ import annotations
 
 import os
@@ -29,6 +33,9 @@ def launch(argv: list) -> None:
         finally:
             if sys.modules.get("debugpy", False) is None:
                 del sys.modules["debugpy"]
+    from donation_course.grading.integrity import kernel_compile_memo
+
+    kernel_compile_memo.install()
     sys.argv = [sys.argv[0] or "ipykernel_launcher", *argv]
     from ipykernel import kernelapp
 
