@@ -285,6 +285,37 @@ def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):
     assert not (tmp_path / "cache").exists() and not (tmp_path / "cache.new").exists()
 
 
+def test_a_fresh_course_whose_fill_fails_grades_its_class_without_the_cache(tmp_path, env):
+    """A run's workers start while the compile cache's fill runs (steps.Run.executor): on a fresh course no
+    cache folder exists yet. When that fill fails (here the source's solution ends its kernel), the run says so
+    in one line and grades everyone without the cache: each kernel binds an empty folder, which holds no record
+    of a fill, so the next run tries again. The students' answers are not the source's, so they run."""
+    from donation_course.course import EXERCISE_ANSWER
+    from donation_course.grading.run.compile_cache import Filled, filled_from
+
+    course = make_course(tmp_path / "course")
+    source = course / "source" / ASSIGNMENT / f"{EX}.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    (answer,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == EXERCISE_ANSWER]
+    assert "### BEGIN SOLUTION\n" in answer.source
+    answer.source = answer.source.replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\nimport os\nos._exit(3)\n")
+    nbformat.write(nb, source)
+    corpus.build(tmp_path / "corpus")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for student in ("partial", "nodonate"):
+        shutil.copy(tmp_path / "corpus" / f"{student}_{EX}.ipynb", subs)
+    r = grade(env, subs, "--course", course, *LIMITS)
+    assert "note: no compile cache (running the source's hidden tests failed" in r.stderr, r.stderr
+    rows = read_csv(course / ".grading" / "grades.csv")
+    for student in ("partial", "nodonate"):
+        _, score, status, _ = corpus.CASES[student]
+        assert (float(rows[student]["total"]), rows[student]["status"]) == (score, status), rows[student]
+    cache = Course(course).compile_cache
+    assert cache.is_dir() and not any(cache.iterdir()) and filled_from(cache) == Filled()
+    assert not cache.with_name(cache.name + ".new").exists()
+
+
 def test_naming_rules_for_flat_exports(tmp_path):
     from donation_course.grading.submissions.collect import collect
 

@@ -9,6 +9,8 @@ upgrade that moves or changes it fails with a message that says what to
 re-check, instead of a grading run that silently slows down or breaks.
 """
 import inspect
+import os
+from pathlib import Path
 
 
 def _version(module):
@@ -55,6 +57,42 @@ def test_jupyter_client_wait_for_ready_hooks():
     from donation_course.grading.executors.fastkernel import GradingKernelClient
 
     assert GradingKernelClient.wait_for_ready is GradingKernelClient._async_wait_for_ready
+
+
+def test_nbgrader_asks_alembic_for_the_head_and_alembic_gives_it_in_process(tmp_path):
+    # donation_course/grading/run/prepare.py's alembic_head_in_process replaces
+    # nbgrader.api.get_alembic_version (nbgrader 0.9.6), which a new Gradebook
+    # calls to stamp its alembic_version table, while a fresh course's assignment
+    # is generated: the same head, from alembic's ScriptDirectory in process
+    # instead of `alembic heads` in a process of its own.
+    import subprocess
+    import sys
+
+    import nbgrader
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    from donation_course.course import Course
+    from donation_course.grading.run.prepare import alembic_head_in_process
+
+    where = (f"prepare.alembic_head_in_process replaces nbgrader.api.get_alembic_version as in nbgrader 0.9.6, "
+             f"this is {_version(nbgrader)}: re-check that a new Gradebook still asks it for the head")
+    assert _version(nbgrader) == "0.9.6", where
+    assert "get_alembic_version()" in inspect.getsource(Gradebook.__init__), where
+    bindir = str(Path(sys.executable).parent)  # where `alembic` is, as ./course puts it on PATH
+    heads = subprocess.run([sys.executable, "-c", "from nbgrader.api import get_alembic_version as v; print(v())"],
+                           env={**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")},
+                           capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "source").mkdir()
+    course = Course(tmp_path, "a")
+    asked = nbgrader.api.get_alembic_version
+    with alembic_head_in_process(course):
+        assert nbgrader.api.get_alembic_version() == heads and len(heads) == 12, where
+        with Gradebook(f"sqlite:///{course.gradebook}") as gb:  # a new gradebook, stamped with that head
+            (stamped,) = gb.db.execute(nbgrader.api.text("SELECT version_num FROM alembic_version")).one()
+    assert stamped == heads and nbgrader.api.get_alembic_version is asked
+    with alembic_head_in_process(course):  # the gradebook exists now: nbgrader's own way is left alone
+        assert nbgrader.api.get_alembic_version is asked
 
 
 def test_nbconvert_create_environment_hook():

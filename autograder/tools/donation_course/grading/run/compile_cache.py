@@ -102,6 +102,10 @@ class Filling:
                                       str(self.new), *self.todo],
                                      stdout=self.output, stderr=subprocess.STDOUT, text=True)
 
+    def under_way(self) -> bool:
+        """Whether a fill was started and is not finished or stopped yet."""
+        return self.proc is not None
+
     def finish(self) -> str:
         """Wait for the fill; '' when there was nothing to fill, else a line for the instructor. If the run
         fails, the folder keeps what it held from the same digest (nothing, if it was filled from another):
@@ -113,6 +117,7 @@ class Filling:
         except BaseException:  # Ctrl-C
             self.stop()
             raise
+        self.proc = None
         self.output.seek(0)
         said = self.output.read()
         self.output.close()

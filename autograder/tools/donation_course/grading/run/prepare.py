@@ -5,7 +5,11 @@ Both are redone only when what they were made from changed: the state file
 records the source's digest, the cache folder its own (compile_cache.py).
 They need nothing of each other (nbgrader's generate_assignment writes
 release/ and the gradebook; the fill reads source/ alone), so on a fresh
-course they run side by side, each a process of its own.
+course they run side by side, each a process of its own. Nothing before the
+first kernel needs the cache either: a run prepares with `begin_preparing`,
+which returns with the fill still under way, and waits for it
+(`Filling.finish`) once its grading workers have started
+(steps.Run.executor).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...course import Course, CourseError, load_config
-from .compile_cache import notebooks_with_hidden_tests, start
+from .compile_cache import Filling, notebooks_with_hidden_tests, start
 from .state import State, load_state, save_state
 
 
@@ -65,6 +69,28 @@ def venv_path():
             os.environ["PATH"] = before
 
 
+@contextlib.contextmanager
+def alembic_head_in_process(course: Course):
+    """nbgrader stamps a new gradebook with its migrations' head, which it asks of `alembic heads` run as a
+    process of its own (nbgrader.api.get_alembic_version, nbgrader 0.9.6): a Python started and alembic imported,
+    on a fresh course's critical path. While a course has no gradebook yet, the same head comes from alembic's own
+    ScriptDirectory over nbgrader's migration scripts, in this process (test_upstream_private_apis.py compares
+    the two)."""
+    if course.gradebook.exists():
+        yield
+        return
+    import nbgrader.api
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    asked = nbgrader.api.get_alembic_version
+    nbgrader.api.get_alembic_version = lambda: ScriptDirectory(ALEMBIC_DIR).get_current_head()
+    try:
+        yield
+    finally:
+        nbgrader.api.get_alembic_version = asked
+
+
 def generate_assignment(course: Course, log: Path) -> None:
     """`nbgrader generate_assignment ASSIGNMENT --force` on the course, through nbgrader's own API in this
     process, which has nbgrader imported already (a process of its own would start Python and import it again,
@@ -75,7 +101,7 @@ def generate_assignment(course: Course, log: Path) -> None:
 
     config = load_config(course.root)
     config.CourseDirectory.root = str(course.root)
-    with venv_path():
+    with venv_path(), alembic_head_in_process(course):
         api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
         result = api.generate_assignment(course.assignment, force=True, create=True)
     text = f"{result.get('log', '')}\n{result.get('error', '')}"
@@ -120,15 +146,11 @@ def draw_secret(course: Course) -> str:
     return path.read_text().strip()
 
 
-def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True,
-            notebooks: Iterable[str] | None = None, phases: dict | None = None) -> State:
-    """Read the state file (or start afresh), generate the assignment if its
-    source changed, save the state; with `compile_cache`, fill the cache
-    for `notebooks` (their stems; default: every notebook with hidden tests)
-    where it lacks them or what it was filled from changed, beside the
-    generating. Returns the state. `phases` gets the seconds of each part:
-    generating (generate_assignment) and the wait for the fill after it
-    (compile_cache)."""
+def begin_preparing(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True,
+                    notebooks: Iterable[str] | None = None,
+                    phases: dict | None = None) -> tuple[State, Filling | None]:
+    """`prepare` without the wait for the fill: the state, and the fill still under way (None if none was
+    started), which the caller finishes before any kernel reads the cache, or stops."""
     phases = {} if phases is None else phases
     draw_secret(course)  # made with the course's first preparation, so copies of a prepared course share it
     path = course.state_file
@@ -142,8 +164,22 @@ def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache
         if filling is not None:
             filling.stop()
         raise
+    phases["generate_assignment"] = round(time.monotonic() - began, 3)
+    return state, (filling if filling is not None and filling.under_way() else None)
+
+
+def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True,
+            notebooks: Iterable[str] | None = None, phases: dict | None = None) -> State:
+    """Read the state file (or start afresh), generate the assignment if its
+    source changed, save the state; with `compile_cache`, fill the cache
+    for `notebooks` (their stems; default: every notebook with hidden tests)
+    where it lacks them or what it was filled from changed, beside the
+    generating. Returns the state. `phases` gets the seconds of each part:
+    generating (generate_assignment) and the wait for the fill after it
+    (compile_cache)."""
+    phases = {} if phases is None else phases
+    state, filling = begin_preparing(course, out, say, compile_cache, notebooks, phases)
     generated = time.monotonic()
-    phases["generate_assignment"] = round(generated - began, 3)
     line = filling.finish() if filling is not None else ""
     phases["compile_cache"] = round(time.monotonic() - generated, 3)
     if line:

@@ -36,7 +36,7 @@ from ..results.result import NEEDS_YOU, Status, StudentResult
 from ..results.reviews import answer_digest
 from ..submissions.collect import collect, notebook_problem, stage
 from .deadlines import penalty_plugin, read_extensions
-from .prepare import digest_files, draw_secret, prepare
+from .prepare import begin_preparing, digest_files, draw_secret
 from .progress import NoProgress, progress_bar
 from .settings import GradingSettings
 from .state import StudentState, record_student, run_lock, save_state, write_atomic
@@ -95,6 +95,7 @@ class Run:
         self.merged: list[str] = []  # the students whose result is in the gradebook, in order
         self.phases: dict[str, float] = {}  # seconds per step of the run: logs/timings.json
         self.details: dict[str, float] = {}  # seconds of parts of a step (prepare's), beside them there
+        self.filling = None  # the compile cache's fill, from prepare until the workers have started (executor)
 
     @contextlib.contextmanager
     def timed(self, phase: str):
@@ -139,11 +140,30 @@ class Run:
     def prepare(self) -> None:
         # the compile cache gets the programs of the notebooks graded now (a later run adds others)
         parts: dict[str, float] = {}
-        self.state = prepare(self.course, self.out, say, compile_cache=self.settings.compile_cache,
-                             notebooks=self.handed_in(), phases=parts)
-        self.details = {f"prepare.{k}": v for k, v in parts.items()}
+        self.state, self.filling = begin_preparing(self.course, self.out, say,
+                                                   compile_cache=self.settings.compile_cache,
+                                                   notebooks=self.handed_in(), phases=parts)
+        self.details.update({f"prepare.{k}": v for k, v in parts.items()})
         self.facts = assignment_facts(self.course)
         self.deadline = Deadline(penalty_plugin(self.course), self.extensions)
+
+    def finish_fill(self) -> None:
+        """Wait for the compile cache's fill that prepare started, if one is under way; say its line. The wait is
+        timed as prepare.compile_cache."""
+        filling, self.filling = self.filling, None
+        if filling is None:
+            return
+        began = time.monotonic()
+        line = filling.finish()
+        self.details["prepare.compile_cache"] = round(time.monotonic() - began, 3)
+        if line:
+            say(line)
+
+    def stop_fill(self) -> None:
+        """Stop a fill still under way (the run failed, or Ctrl-C): the cache folder stays as it was."""
+        filling, self.filling = self.filling, None
+        if filling is not None:
+            filling.stop()
 
     def plan(self) -> None:
         """Which students to grade, their nbgrader timestamps, their invalid notebooks."""
@@ -236,6 +256,7 @@ class Run:
                 result.timestamp = self.timestamps[sid].isoformat() if self.timestamps.get(sid) else None
                 self.on_result(result)
         if not self.gradable:
+            self.finish_fill()
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
         self.start = time.monotonic()
@@ -271,7 +292,13 @@ class Run:
             logs = self.out / "logs"
             logs.mkdir(parents=True, exist_ok=True)
             cache = self.course.compile_cache
-            if not self.settings.compile_cache or not cache.is_dir():
+            # Sandboxed local workers start while the fill finishes: they start their zygote and referee server
+            # (each imports JAX) on the core the fill leaves idle, and no kernel reads the cache until the first
+            # student is handed over. A copy of the cache (--no-sandbox) or a cluster's bundle needs it filled.
+            early = self.filling is not None and self.settings.sandbox and not self.settings.scheduler
+            if not early:
+                self.finish_fill()
+            if not self.settings.compile_cache or not (cache.is_dir() or early):
                 cache = ""
             elif not self.settings.sandbox:
                 # Unsandboxed kernels could write to the course's cache (JAX is
@@ -294,6 +321,10 @@ class Run:
                 pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
                                  self.settings.timeout)
             try:
+                if early:
+                    self.finish_fill()
+                    # a fresh course's fill that failed leaves no folder: an empty one for the kernels to bind
+                    cache.mkdir(parents=True, exist_ok=True)
                 yield pool
             finally:
                 pool.close()
@@ -354,6 +385,7 @@ def grade_class(course: Course, settings: GradingSettings, request: GradeRequest
         with run.timed("collect"):
             run.collect(Path(work))  # bad input stops here, before anything in the course is written
         locked.enter_context(run_lock(course.lock_dir, say))
+        locked.callback(run.stop_fill)  # a fill still under way when the run fails: stopped, under the lock
         for step in (run.prepare, run.plan, run.stage, run.backup, run.deadlines):
             with run.timed(step.__name__):
                 step()
