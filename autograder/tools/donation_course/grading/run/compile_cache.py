@@ -187,9 +187,11 @@ def run_notebooks(course: Course, cache: Path, stems: list) -> None:
     with tempfile.TemporaryDirectory(prefix="donation-lab-fill-") as home:
         specs = Path(home) / "kernels"
         (specs / "fill").mkdir(parents=True)
-        # this Python's ipykernel, as the grading kernels start it (not a user's "python3" kernelspec)
+        # this Python's ipykernel, started as the grading kernels start it (kernel_app.py: no debugger imported),
+        # not a user's "python3" kernelspec
         (specs / "fill" / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "argv": [sys.executable, "-P", "-m", "donation_course.grading.integrity.kernel_app",
+                     "-f", "{connection_file}"],
             "display_name": "fill", "language": "python"}))
         from .prepare import draw_secret
 
