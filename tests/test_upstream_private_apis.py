@@ -205,6 +205,28 @@ def test_xdist_scheduler_shares_out_units_as_intended(pytestconfig):
     assert not sched.workqueue and first.shutting_down and second.shutting_down
 
 
+def test_jax_persistent_cache_object_a_grading_kernel_layers():
+    # donation_course/grading/integrity/kernel_compile_memo.py puts its own CacheInterface in
+    # jax._src.compilation_cache._cache (jax 0.12.0.1), under _cache_initialized_mutex with _cache_initialized set,
+    # over the course's folder as get_file_cache opens it; JAX's compiler then reads every entry through its get
+    # and writes every compile at least jax_persistent_cache_min_compile_time_secs long through its put. There is
+    # no public way to give JAX a cache object. The end-to-end behaviour is
+    # test_sandbox.py::test_a_grading_kernel_compiles_a_program_once_and_the_next_kernel_compiles_it_again.
+    import jax
+    from jax._src import compilation_cache, compiler
+    from jax._src.compilation_cache_interface import CacheInterface
+
+    where = (f"kernel_compile_memo.install layers JAX's persistent cache object as in jax 0.12.0.1, this is "
+             f"{_version(jax)}: re-check jax._src.compilation_cache")
+    assert _version(jax) == "0.12.0.1", where
+    for name in ("_cache", "_cache_initialized", "_cache_initialized_mutex", "get_file_cache", "_get_cache"):
+        assert hasattr(compilation_cache, name), where
+    assert {"get", "put"} <= CacheInterface.__abstractmethods__, where
+    assert "_cache" in inspect.getsource(compilation_cache._get_cache), where
+    assert "persistent_cache_min_compile_time_secs" in inspect.getsource(compiler._cache_write), where
+    assert list(inspect.signature(compilation_cache.get_file_cache).parameters) == ["path"], where
+
+
 def test_referee_compiles_and_runs_a_handed_over_program():
     # donation_course/grading/referee/programs.py is the referee's only door into JAX's internals
     # (jax 0.12.0.1): jax._src.interpreters.mlir.make_ir_context and jax._src.lib.mlir.ir to parse StableHLO

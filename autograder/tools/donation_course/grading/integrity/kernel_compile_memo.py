@@ -18,7 +18,11 @@ its own kernel runs, which the referee judges again (grading/referee/).
 
 A kernel that may write the course's folder (compile_cache.fill runs the
 instructor's source so) keeps JAX's own cache: `install` is for the
-kernels that sandbox.fixed_env makes read-only, and does nothing in any other."""
+kernels that sandbox.fixed_env makes read-only, and does nothing in any other.
+
+JAX has no public way to give it a cache object: this sets
+jax._src.compilation_cache's, as jax 0.12.0.1 keeps it
+(test_upstream_private_apis.py names what it relies on)."""
 from __future__ import annotations
 
 import os
