@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import os
 
-READ_ONLY = "inf"  # sandbox.fixed_env's JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS for a grading kernel
+from .sandbox import CACHE_READ_ONLY
 
 
 def install() -> bool:
     """Layer this kernel's persistent compile cache over the course's (read first, never written). Whether it
     did: not in a kernel that has no course cache or may write one, or whose JAX has already compiled."""
     folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    if not folder or os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS") != READ_ONLY:
+    if not folder or os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS") != CACHE_READ_ONLY:
         return False
     import jax
     from jax._src import compilation_cache

@@ -62,6 +62,11 @@ def _roots() -> list:
     return sorted(str(p) for p in paths)
 
 
+# JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS of a kernel that reads the course's compile cache and may not write it
+# (JAX writes no entry compiled faster than this); kernel_compile_memo.py keeps such a kernel's compiles in memory
+CACHE_READ_ONLY = "inf"
+
+
 def fixed_env(home: str, cache: str = "", writable: bool = False, draw_seed: str = "") -> dict:
     """The grading kernel's environment, built from scratch: the same in any
     instructor shell (no JAX_*/XLA_FLAGS, PYTHONWARNINGS or locale of theirs).
@@ -87,7 +92,7 @@ def fixed_env(home: str, cache: str = "", writable: bool = False, draw_seed: str
     if cache:
         env.update(JAX_COMPILATION_CACHE_DIR=cache,
                    # JAX writes an entry only if compiling took at least this long
-                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0" if writable else "inf",
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0" if writable else CACHE_READ_ONLY,
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
                    # no XLA caches beside it (GPU autotuning, by default): their
                    # path would enter every key, and a copied course would match none

@@ -179,9 +179,15 @@ def prepare(course: Course, out: Path, say: Callable[[str], None], compile_cache
     (compile_cache)."""
     phases = {} if phases is None else phases
     state, filling = begin_preparing(course, out, say, compile_cache, notebooks, phases)
-    generated = time.monotonic()
+    finish_fill(filling, say, phases)
+    return state
+
+
+def finish_fill(filling: Filling | None, say: Callable[[str], None], phases: dict) -> None:
+    """Wait for a fill begin_preparing left under way (None: there is none); say its line. `phases` gets the
+    seconds waited (compile_cache)."""
+    began = time.monotonic()
     line = filling.finish() if filling is not None else ""
-    phases["compile_cache"] = round(time.monotonic() - generated, 3)
+    phases["compile_cache"] = round(time.monotonic() - began, 3)
     if line:
         say(line)
-    return state

@@ -36,7 +36,7 @@ from ..results.result import NEEDS_YOU, Status, StudentResult
 from ..results.reviews import answer_digest
 from ..submissions.collect import collect, notebook_problem, stage
 from .deadlines import penalty_plugin, read_extensions
-from .prepare import begin_preparing, digest_files, draw_secret
+from .prepare import begin_preparing, digest_files, draw_secret, finish_fill
 from .progress import NoProgress, progress_bar
 from .settings import GradingSettings
 from .state import StudentState, record_student, run_lock, save_state, write_atomic
@@ -151,13 +151,10 @@ class Run:
         """Wait for the compile cache's fill that prepare started, if one is under way; say its line. The wait is
         timed as prepare.compile_cache."""
         filling, self.filling = self.filling, None
-        if filling is None:
-            return
-        began = time.monotonic()
-        line = filling.finish()
-        self.details["prepare.compile_cache"] = round(time.monotonic() - began, 3)
-        if line:
-            say(line)
+        if filling is not None:
+            waited: dict[str, float] = {}
+            finish_fill(filling, say, waited)
+            self.details.update({f"prepare.{k}": v for k, v in waited.items()})
 
     def stop_fill(self) -> None:
         """Stop a fill still under way (the run failed, or Ctrl-C): the cache folder stays as it was."""
