@@ -4,6 +4,7 @@ The notebook goes through the feedback preprocessors the course's nbgrader_confi
 own feedback exporter (the class the grading workers use), as `generate_feedback` does. Each hostile family
 marks its payload with EVIL; the page must hold no EVIL inside a tag, an attribute or a script, while the
 lesson's own Markdown (its text in the course's release/ copy) is still rendered as HTML."""
+import copy
 from html.parser import HTMLParser
 
 import nbformat
@@ -52,15 +53,16 @@ class Tags(HTMLParser):
             self.live.append(data)
 
 
-def feedback_page(nb) -> str:
-    """The page, with the course's feedback preprocessors registered on the exporter as nbgrader does."""
+def feedback_page(nb, exporter_class=None, **options) -> str:
+    """The page, with the course's feedback preprocessors registered on the exporter as nbgrader does
+    (`exporter_class`: the grader's, CachedHTMLExporter, unless another is given)."""
     from traitlets.utils.importstring import import_item
 
     from donation_course.grading.reports.feedback import CachedHTMLExporter
 
     config = load_config(ROOT / "autograder")
     config.CourseDirectory.root = str(ROOT / "autograder")
-    exporter = CachedHTMLExporter(config=config)
+    exporter = (exporter_class or CachedHTMLExporter)(config=config, **options)
     for name in config.GenerateFeedback.preprocessors:
         if not name.endswith("GetGrades"):  # it reads the gradebook: no grades are asked about here
             exporter.register_preprocessor(import_item(name)(config=config), enabled=True)
@@ -137,3 +139,52 @@ def test_the_grader_makes_feedback_with_its_own_preprocessors_whatever_an_old_co
     assert LearnerContentAsText in cfg.GenerateFeedback.preprocessors
     assert not [p for p in cfg.GenerateFeedback.preprocessors if isinstance(p, str)]
     assert cfg.GenerateFeedback.exporter_class is CachedHTMLExporter
+
+
+def with_image(nb):
+    cell = new_code_cell("plot()")
+    cell.outputs = [new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})]
+    nb.cells.append(cell)
+    return nb
+
+
+def test_the_graders_page_is_nbconverts_own_and_skips_only_a_pass_with_nothing_to_change():
+    """The grader's exporter leaves out HTMLExporter's closing BeautifulSoup pass (alt text for images, a tabindex
+    for JupyterLab-styled cells) only on a page where it changes nothing: read and written out by that pass, the
+    page is HTMLExporter's. Shown on nbconvert's classic template, which nbgrader's feedback template extends;
+    with an image, or on nbconvert's JupyterLab template, the page is HTMLExporter's."""
+    from bs4 import BeautifulSoup
+    from nbconvert.exporters import HTMLExporter
+
+    from donation_course.grading.reports.feedback import accessibility_work
+
+    ours = feedback_page(released(), template_name="classic")
+    theirs = feedback_page(released(), HTMLExporter, template_name="classic")
+    assert not accessibility_work(ours)  # the case where the pass is left out
+    assert str(BeautifulSoup(ours, features="html.parser")) == theirs
+    assert "<img" not in theirs and 'tabindex="0"' not in theirs  # the pass had nothing to change there
+
+    drawn = with_image(released())
+    ours = feedback_page(copy.deepcopy(drawn), template_name="classic")
+    theirs = feedback_page(copy.deepcopy(drawn), HTMLExporter, template_name="classic")
+    assert ours == theirs and 'alt="No description has been provided for this image"' in ours
+
+    ours, theirs = feedback_page(released(), template_name="lab"), feedback_page(released(), HTMLExporter)
+    assert ours == theirs and 'tabindex="0"' in ours
+
+
+@pytest.mark.parametrize("page, work", [
+    ('<p>no image</p><style>.jp-Notebook img {}</style><script>"<img>"</script>', False),
+    ("<p>&lt;img src=x&gt; is text</p><!-- <img src=y> -->", False),
+    ('<IMG SRC="x" alt="drawn">', True),
+    ("<img/src=x>", True),
+    ('<div class="cell jp-notebook"><div class="jp-Cell-inputWrapper"></div></div>', True),
+])
+def test_what_the_pass_could_change_is_read_as_its_parser_reads_the_page(page, work):
+    from bs4 import BeautifulSoup
+
+    from donation_course.grading.reports.feedback import accessibility_work
+
+    assert accessibility_work(page) is work
+    soup = BeautifulSoup(page, features="html.parser")
+    assert bool(soup.find_all("img") or soup.select("[class*=jp-notebook i]")) is work

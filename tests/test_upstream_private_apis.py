@@ -97,15 +97,20 @@ def test_nbgrader_asks_alembic_for_the_head_and_alembic_gives_it_in_process(tmp_
 
 def test_nbconvert_create_environment_hook():
     # donation_course/grading/reports/feedback.py's CachedHTMLExporter extends
-    # _create_environment (nbconvert 7.17.2) to add a jinja bytecode cache.
+    # _create_environment (nbconvert 7.17.2) to add a jinja bytecode cache, and takes
+    # HTMLExporter.from_notebook_node's steps itself (its filters, then TemplateExporter's page, then the
+    # closing BeautifulSoup pass only where it has something to change).
     import jinja2
     import nbconvert
     from nbconvert.exporters import HTMLExporter
 
     where = (f"feedback.CachedHTMLExporter was written for nbconvert 7.17.2, this is {_version(nbconvert)}: "
-             "re-check its override of _create_environment")
+             "re-check its overrides of _create_environment and from_notebook_node")
     assert _version(nbconvert) == "7.17.2", where
     assert list(inspect.signature(HTMLExporter._create_environment).parameters) == ["self"], where
+    steps = inspect.getsource(HTMLExporter.from_notebook_node)
+    assert "super().from_notebook_node(nb, resources, **kw)" in steps, where
+    assert 'soup.select("img:not([alt])")' in steps, where
     from donation_course.grading.reports.feedback import CachedHTMLExporter
 
     env = CachedHTMLExporter()._create_environment()
