@@ -514,3 +514,20 @@ def test_reviews_through_formgrader_follow_the_answers_in_process(tmp_path, gene
     assert row["status"] == "pending" and lms.points is None and "answers changed since your review" in said[0], row
     row, lms, said = regrade("A")  # back to the answers reviewed: the review is theirs again
     assert row["status"] == "partial" and lms.points == FULL - 1.0, row
+
+
+def test_the_last_lines_time_is_the_processs_whole_life(tmp_path):
+    """The closing line's "in all" (steps.process_seconds) counts from the process's own start, not from the
+    whole second the kernel gives as its boot time: in a Python that waits 0.3 s, it is at least what that
+    Python measured itself and at most what its parent measured around it (one clock tick either way)."""
+    import sys
+    import time
+
+    code = ("import time\nstart = time.monotonic()\nfrom donation_course.grading.run.steps import process_seconds\n"
+            "time.sleep(0.3)\nprint(time.monotonic() - start, process_seconds())\n")
+    before = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    around = time.monotonic() - before
+    inside, counted = map(float, out.split())
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert inside - tick <= counted <= around + tick, (inside, counted, around)
