@@ -59,6 +59,25 @@ def test_jupyter_client_wait_for_ready_hooks():
     assert GradingKernelClient.wait_for_ready is GradingKernelClient._async_wait_for_ready
 
 
+def test_jupyter_client_wait_and_nbgrader_execute_manager():
+    # donation_course/grading/executors/kernel_manager.py overrides KernelManager._async_wait(pollinterval=0.1)
+    # (jupyter_client 8.10.0), which the kill and the shutdown wait on, and fastkernel.GradingExecute passes its
+    # manager as the keyword nbgrader 0.9.6's Execute sets with setdefault.
+    import jupyter_client
+    import nbgrader
+    from jupyter_client.manager import KernelManager
+    from nbgrader.preprocessors import Execute
+
+    where = (f"kernel_manager.GradingKernelManager was written for jupyter_client 8.10.0 and nbgrader 0.9.6, these "
+             f"are {_version(jupyter_client)} and {_version(nbgrader)}: re-check its override of _async_wait and "
+             "fastkernel.GradingExecute")
+    assert (_version(jupyter_client), _version(nbgrader)) == ("8.10.0", "0.9.6"), where
+    params = inspect.signature(KernelManager._async_wait).parameters
+    assert list(params) == ["self", "pollinterval"] and params["pollinterval"].default == 0.1, where
+    assert "self._async_wait()" in inspect.getsource(KernelManager._async_kill_kernel), where
+    assert "kwargs.setdefault('kernel_manager_class', AsyncKernelManager)" in inspect.getsource(Execute.__init__), where
+
+
 def test_nbgrader_asks_alembic_for_the_head_and_alembic_gives_it_in_process(tmp_path):
     # donation_course/grading/run/prepare.py's alembic_head_in_process replaces
     # nbgrader.api.get_alembic_version (nbgrader 0.9.6), which a new Gradebook

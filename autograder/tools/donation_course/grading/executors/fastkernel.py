@@ -1,6 +1,5 @@
-"""A kernel client for grading: it caps a notebook's output, keeps the hidden
-checks' hand-overs on a budget of their own (OutputBudget), and drops a fixed
-wait of jupyter_client.
+"""A kernel client for grading: it caps a notebook's output, keeps the hidden checks' hand-overs on a budget of
+their own (OutputBudget), and drops a fixed wait of jupyter_client.
 
 Per notebook, jupyter_client (8.x, as pinned) waits for 0.2 s of silence on
 IOPub after the kernel answers `kernel_info`, and nbclient's default
@@ -17,6 +16,10 @@ worker (worker.py) installs this client through
   0.2 s for more;
 - the outputs are all collected before the kernel is stopped, so killing it
   (`Execute.shutdown_kernel = "immediate"`, set by the worker) loses nothing.
+
+The worker's Execute preprocessor (GradingExecute) starts each kernel with
+kernel_manager.GradingKernelManager, which looks for a killed kernel's end
+every 5 ms, not every 0.1 s.
 """
 import json
 import time
@@ -25,11 +28,13 @@ from queue import Empty
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.utils import ensure_async
+from nbgrader.preprocessors import Execute
 from traitlets import Type
 
 from ..referee.asks import MAX_HANDOVER_BYTES, MIME
 from ..referee.combine import checks_in
 from ..referee.received import DROPPED
+from .kernel_manager import GradingKernelManager
 
 CAPPED = "\n[output capped by the grader: more than {limit:,} bytes were printed; the rest was dropped]\n"
 RICH = ("display_data", "execute_result", "update_display_data")
@@ -218,3 +223,13 @@ class GradingKernelClient(AsyncKernelClient):
                 break
 
     wait_for_ready = _async_wait_for_ready
+
+
+class GradingExecute(Execute):
+    """nbgrader's Execute preprocessor, its kernels managed by GradingKernelManager. nbgrader's Execute passes
+    AsyncKernelManager to nbclient as a keyword, which configuration cannot change; a keyword given first is kept
+    (its `setdefault`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("kernel_manager_class", GradingKernelManager)
+        super().__init__(*args, **kwargs)

@@ -160,12 +160,14 @@ def make_api(course: Path, db: Path, cell_timeout: int):
 
     from ..integrity.audit_log import DropNotebookEnd, MarkNotebookEnd, ScoreFromSignedPasses
     from ..integrity.reference_part import PutBackReference, SetAsideReference
+    from .fastkernel import GradingExecute
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = steps.index(Execute)
     # ... the lessons' reference parts, which earn nothing, not run (reference_part.py),
-    # and the grade cells' scores decided by the checks' signed passes, not by the order of their outputs
-    cfg.Autograde.autograde_preprocessors = [*steps[:at], SetAsideReference, MarkNotebookEnd, Execute,
+    # and the grade cells' scores decided by the checks' signed passes, not by the order of their outputs;
+    # nbgrader's Execute with the grading kernel manager (fastkernel.py)
+    cfg.Autograde.autograde_preprocessors = [*steps[:at], SetAsideReference, MarkNotebookEnd, GradingExecute,
                                              DropNotebookEnd, PutBackReference, ScoreFromSignedPasses,
                                              *steps[at + 1:]]
     coursedir = CourseDirectory(config=cfg)

@@ -181,8 +181,9 @@ def main_path_notebook(path: Path):
 
 def run_notebooks(course: Course, cache: Path, stems: list) -> None:
     from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
+
+    from ..executors.kernel_manager import GradingKernelManager
 
     with tempfile.TemporaryDirectory(prefix="donation-lab-fill-") as home:
         specs = Path(home) / "kernels"
@@ -203,7 +204,7 @@ def run_notebooks(course: Course, cache: Path, stems: list) -> None:
             nb = main_path_notebook(path)
             # its connection file in the folder that goes, and shut down after
             # (cleanup_kc): nbclient leaves a kernel manager it did not make running
-            km = AsyncKernelManager(kernel_name="fill", connection_file=str(Path(home) / f"{path.stem}.json"),
+            km = GradingKernelManager(kernel_name="fill", connection_file=str(Path(home) / f"{path.stem}.json"),
                                     kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
             NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=True,
                            resources={"metadata": {"path": home}}).execute(env=env, cleanup_kc=True)
