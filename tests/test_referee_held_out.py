@@ -545,3 +545,17 @@ def test_the_honest_neighbour_gets_full_marks_unflagged(held_out_class):
     assert row["status"] == "ok", row
     for nb in (EXERCISE_NB, LESSON_5):
         assert scores["honest"][nb] == COURSE.grades[nb] and float(row[nb]) == COURSE.points[nb], (nb, row)
+
+
+def test_the_exercise_cases_are_drawn_once_per_secret_and_cannot_be_changed(monkeypatch):
+    """A referee server draws the exercise's cases before it forks its children (judge.warm): each child reads
+    the same arrays, which no check can write; another secret draws other cases."""
+    monkeypatch.setattr(judge, "_SECRET", 1234)
+    judge.warm()
+    cases = judge._exercise_cases()
+    assert judge._exercise_cases() is cases
+    with pytest.raises(ValueError):
+        cases[1][3][0] = 0  # the state of the second case, read-only
+    monkeypatch.setattr(judge, "_SECRET", 5678)
+    other = judge._exercise_cases()
+    assert other is not cases and not np.array_equal(other[1][3], cases[1][3])

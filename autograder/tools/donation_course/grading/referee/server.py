@@ -200,7 +200,9 @@ def main() -> None:
     os.dup2(2, 1)  # anything printed by a library goes to stderr, never into the replies
     import jax  # noqa: F401  (once, here: every child forks with it imported; no backend is started here)
 
-    from . import judge  # noqa: F401
+    from . import judge
+
+    judge.warm()  # (its children fork with it)
     replies.write(line(Ready()))
     replies.flush()
     for text in sys.stdin:
