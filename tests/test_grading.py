@@ -5,6 +5,7 @@ rules. The submissions corpus graded once is test_grading_corpus.py."""
 import shutil
 import sys
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -265,6 +266,53 @@ def test_filling_the_compile_cache_leaves_nothing_in_the_temporary_folder(tmp_pa
     line = fill(Course(course), tmp_path / "cache", "digest")
     assert line.startswith("compiled the hidden tests' programs"), line
     assert sorted(p.name for p in scratch.iterdir()) == []  # no kernel connection file left behind
+
+
+def kernel_compiles(course, notebooks: list, cache) -> set:
+    """The compile-cache entries a Jupyter kernel leaves that runs each notebook's main path with the grading
+    kernels' fixed environment and `cache` writable: what the fill kept when it ran the source in a kernel."""
+    import json
+    import tempfile
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+
+    from donation_course.grading.integrity.sandbox import unsandboxed_env
+    from donation_course.grading.run.compile_cache import main_path_notebook, notebooks_with_hidden_tests
+    from donation_course.grading.run.prepare import draw_secret
+
+    cache.mkdir()
+    with tempfile.TemporaryDirectory() as home:
+        (Path(home) / "kernels" / "k").mkdir(parents=True)
+        (Path(home) / "kernels" / "k" / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-P", "-m", "donation_course.grading.integrity.kernel_app", "-f",
+                     "{connection_file}"], "display_name": "k", "language": "python"}))
+        env = unsandboxed_env(home, cache=str(cache), writable=True, draw_seed=draw_secret(course))
+        for path in notebooks_with_hidden_tests(course):
+            if path.stem in notebooks:
+                km = AsyncKernelManager(kernel_name="k", kernel_spec_manager=KernelSpecManager(
+                    kernel_dirs=[str(Path(home) / "kernels")]))
+                NotebookClient(main_path_notebook(path), km=km, timeout=300, allow_errors=True,
+                               resources={"metadata": {"path": home}}).execute(env=env, cleanup_kc=True)
+    return {p.name for p in cache.iterdir()}
+
+
+@pytest.mark.slow  # two lessons run twice
+def test_the_fill_keeps_what_a_kernel_running_the_source_compiles(tmp_path):
+    """The compile cache's fill runs each notebook's main path in IPython's shell, in a fresh Python
+    (fill_cells.py), not in a Jupyter kernel: JAX compiles the same programs under the same keys there, so the
+    cache holds the entries a kernel running the source leaves. Lesson 6 (eight devices, set before JAX starts)
+    and lesson 7 (the exercise and the capstone); all seven gave the same 125 entries (2026-11-28)."""
+    from donation_course.grading.run.compile_cache import STAMP, fill
+
+    course = Course(make_course(tmp_path / "course"))
+    lessons = ["06_shardings", EX]
+    line = fill(course, tmp_path / "shell", "digest", notebooks=lessons)
+    assert line.startswith("compiled the hidden tests' programs of 06_shardings, " + EX), line
+    shell = {p.name for p in (tmp_path / "shell").iterdir()} - {STAMP}
+    kernel = kernel_compiles(course, lessons, tmp_path / "kernel")
+    assert len(shell) > 20 and shell == kernel, sorted(shell ^ kernel)
 
 
 def test_a_source_that_cannot_run_leaves_no_compile_cache_and_says_so(tmp_path):

@@ -85,3 +85,26 @@ def test_study_time_counts_prose_code_cells_and_exercises_at_the_stated_rates(tm
     assert (size.code_cells, size.exercises, size.reference_code_cells) == (2, 1, 1)
     assert size.minutes == 1 + lesson_size.CODE_CELL_MINUTES + lesson_size.EXERCISE_MINUTES
     assert size.reference_minutes == lesson_size.CODE_CELL_MINUTES + 3 / lesson_size.READING_WPM  # "Going deeper: more"
+
+
+@pytest.mark.parametrize("kind", ["grade", "solution", None])
+def test_a_reference_part_is_set_aside_only_when_it_earns_nothing(kind):
+    """reference_start (grading and the compile cache's fill run a lesson's main path only) reads nbgrader's
+    metadata itself, as nbgrader's is_grade and is_solution do: a grade or answer cell in the reference part
+    keeps the notebook whole."""
+    from nbgrader.utils import is_grade, is_solution
+
+    cell = new_code_cell("x = 1")
+    if kind:
+        cell.metadata["nbgrader"] = {"grade": kind == "grade", "solution": kind == "solution",
+                                     "grade_id": "g", "locked": False, "schema_version": 3, "points": 1}
+    nb = new_notebook(cells=[new_code_cell("a = 1"), new_markdown_cell("## Going deeper\n\nMore."), cell])
+    assert (is_grade(cell) or is_solution(cell)) == (kind is not None)
+    assert lesson_size.reference_start(nb) == (None if kind else 1)
+    assert lesson_size.reference_start(new_notebook(cells=nb.cells[:1])) is None  # no reference part
+
+
+def test_each_lessons_reference_part_starts_where_its_main_path_ends():
+    for path in LESSONS:
+        nb = nbformat.read(path, as_version=4)
+        assert lesson_size.reference_start(nb) == len(lesson_size.main_path(nb)), path.name

@@ -59,6 +59,18 @@ def main_path(nb) -> list:
     return cells
 
 
+def reference_start(nb) -> int | None:
+    """The index of the first cell of the notebook's reference part, or None when it has none or when that part
+    holds a grade or answer cell (nbgrader's metadata, read here without importing nbgrader: the compile cache's
+    fill cuts the source with this, and nbgrader's import takes half a second)."""
+    start = len(main_path(nb))
+    rest = nb.cells[start:]
+    graded = ("grade", "solution")
+    if not rest or any(any(c.metadata.get("nbgrader", {}).get(k, False) for k in graded) for c in rest):
+        return None
+    return start
+
+
 def prose(markdown: str) -> str:
     """A markdown cell's prose: fenced code and HTML tags left out."""
     return HTML_TAG.sub(" ", FENCED_CODE.sub(" ", markdown))

@@ -1,5 +1,4 @@
-"""The kernel manager of grading kernels and of the compile cache's fill: jupyter_client's, looking for a
-stopped kernel's end more often.
+"""The kernel manager of grading kernels: jupyter_client's, looking for a stopped kernel's end more often.
 
 jupyter_client (8.x, as pinned) waits for a stopped kernel as long as it must, until its launcher has exited
 (after a kill, or after a shutdown request), but looks every 0.1 s, and a launcher killed a moment ago is

@@ -3,9 +3,7 @@ ipykernel_launcher` does, without ipykernel's debugger.
 
 Every grading kernel starts here: forked (kernel_zygote.py), started under
 the runtime audit (audit.main), or started with the audit off
-(`python -P -m donation_course.grading.integrity.kernel_app`), as is the
-kernel that fills the compile cache from the instructor's source
-(run/compile_cache.py).
+(`python -P -m donation_course.grading.integrity.kernel_app`).
 
 ipykernel's debugger serves Jupyter's visual debugger. Nobody attaches one
 to a grading kernel, but ipykernel imports debugpy and pydevd to offer it:

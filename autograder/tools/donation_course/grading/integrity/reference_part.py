@@ -10,21 +10,10 @@ back afterwards, unrun and without outputs (ClearOutput has run before). A
 notebook whose later part holds a grade or answer cell is run whole.
 """
 from nbgrader.preprocessors import NbGraderPreprocessor
-from nbgrader.utils import is_grade, is_solution
 
-from ...lesson_size import main_path
+from ...lesson_size import reference_start
 
 SET_ASIDE = "donation_lab_reference_part"  # the resources key that holds the cells set aside
-
-
-def reference_start(nb) -> int | None:
-    """The index of the first cell of the notebook's reference part, or None
-    when it has none or when that part holds a grade or answer cell."""
-    start = len(main_path(nb))
-    rest = nb.cells[start:]
-    if not rest or any(is_grade(c) or is_solution(c) for c in rest):
-        return None
-    return start
 
 
 class SetAsideReference(NbGraderPreprocessor):

@@ -6,8 +6,9 @@ For every correct answer, the hidden checks compile the same programs
 for, on the checks' shapes), and compiling them is about a third of a
 graded submission's CPU (README, "Where the time went"). So the grader
 runs the source of each notebook that has hidden tests (the instructor's
-solution and hidden tests, no student's code) once, in a kernel with the
-grading kernels' fixed environment (as `--no-sandbox` kernels get it), and
+solution and hidden tests, no student's code) once, in a fresh Python with the
+grading kernels' fixed environment (as `--no-sandbox` kernels get it; its
+cells in IPython's shell, fill_cells.py, which compiles what a kernel does), and
 keeps what JAX compiled there as a persistent compilation cache (`fill`;
 again whenever those notebooks or JAX change: prepare.py). Each notebook
 runs as grading runs it: its main path, the reference part set aside
@@ -41,7 +42,7 @@ from ...course import Course
 from ..integrity.sandbox import unsandboxed_env
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
-CELL_TIMEOUT = 120  # seconds per cell of the instructor's own notebook
+CELL_TIMEOUT = 120  # seconds per code cell of the instructor's own notebook (its whole run: this times its cells)
 STAMP = "filled-from"  # in the folder: what it was filled from (JAX reads only its *-cache entries)
 
 
@@ -170,7 +171,7 @@ def main_path_notebook(path: Path):
     """The notebook as grading runs it: its reference part set aside (reference_part.py)."""
     import nbformat
 
-    from ..integrity.reference_part import reference_start
+    from ...lesson_size import reference_start  # (not integrity/reference_part.py, which imports nbgrader)
 
     nb = nbformat.read(path, as_version=4)
     cut = reference_start(nb)
@@ -180,34 +181,30 @@ def main_path_notebook(path: Path):
 
 
 def run_notebooks(course: Course, cache: Path, stems: list) -> None:
-    from jupyter_client.kernelspec import KernelSpecManager
-    from nbclient import NotebookClient
+    """Each notebook of `stems` with hidden tests, its main path, run top to bottom in a fresh Python of its own
+    (fill_cells.py: IPython's shell), in the grading kernels' fixed environment with `cache` as JAX's writable
+    compile cache; a scratch folder as home and working folder, removed after."""
+    import nbformat
 
-    from ..executors.kernel_manager import GradingKernelManager
+    from .prepare import draw_secret
 
     with tempfile.TemporaryDirectory(prefix="donation-lab-fill-") as home:
-        specs = Path(home) / "kernels"
-        (specs / "fill").mkdir(parents=True)
-        # this Python's ipykernel, started as the grading kernels start it (kernel_app.py: no debugger imported),
-        # not a user's "python3" kernelspec
-        (specs / "fill" / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-P", "-m", "donation_course.grading.integrity.kernel_app",
-                     "-f", "{connection_file}"],
-            "display_name": "fill", "language": "python"}))
-        from .prepare import draw_secret
-
         # the course's secret: the checks compile for the length grading draws (hidden/exercise.py)
         env = unsandboxed_env(home, cache=str(cache), writable=True, draw_seed=draw_secret(course))
         for path in notebooks_with_hidden_tests(course):
             if path.stem not in stems:
                 continue
             nb = main_path_notebook(path)
-            # its connection file in the folder that goes, and shut down after
-            # (cleanup_kc): nbclient leaves a kernel manager it did not make running
-            km = GradingKernelManager(kernel_name="fill", connection_file=str(Path(home) / f"{path.stem}.json"),
-                                    kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
-            NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=True,
-                           resources={"metadata": {"path": home}}).execute(env=env, cleanup_kc=True)
+            runs = Path(home) / f"{path.stem}.ipynb"
+            nbformat.write(nb, runs)
+            limit = CELL_TIMEOUT * max(1, sum(1 for cell in nb.cells if cell.cell_type == "code"))
+            try:
+                subprocess.run([sys.executable, "-P", "-m", "donation_course.grading.run.fill_cells", str(runs)],
+                               env=env, cwd=home, check=True, timeout=limit)
+            except subprocess.CalledProcessError as exc:
+                raise SystemExit(f"{path.name} ended its run (exit status {exc.returncode})") from None
+            except subprocess.TimeoutExpired:
+                raise SystemExit(f"{path.name} ran past {limit} s") from None
 
 
 if __name__ == "__main__":
