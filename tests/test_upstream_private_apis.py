@@ -69,12 +69,21 @@ def test_jupyter_client_wait_and_nbgrader_execute_manager():
     from nbgrader.preprocessors import Execute
 
     where = (f"kernel_manager.GradingKernelManager was written for jupyter_client 8.10.0 and nbgrader 0.9.6, these "
-             f"are {_version(jupyter_client)} and {_version(nbgrader)}: re-check its override of _async_wait and "
-             "fastkernel.GradingExecute")
+             f"are {_version(jupyter_client)} and {_version(nbgrader)}: re-check its overrides of _async_wait, "
+             "start_kernel and shutdown_kernel, and fastkernel.GradingExecute")
     assert (_version(jupyter_client), _version(nbgrader)) == ("8.10.0", "0.9.6"), where
     params = inspect.signature(KernelManager._async_wait).parameters
     assert list(params) == ["self", "pollinterval"] and params["pollinterval"].default == 0.1, where
     assert "self._async_wait()" in inspect.getsource(KernelManager._async_kill_kernel), where
+    # ... and re-wraps _async_start_kernel and _async_shutdown_kernel with in_pending_state's code, less its sleep
+    from jupyter_client import manager
+
+    wrapper = inspect.getsource(manager.in_pending_state)
+    assert "await asyncio.sleep(0.01)" in wrapper and "self._ready = _get_future()" in wrapper, where
+    for name in ("_async_start_kernel", "_async_shutdown_kernel"):
+        assert getattr(KernelManager, name).__wrapped__.__qualname__ == f"KernelManager.{name}", where
+    assert manager.AsyncKernelManager.start_kernel is KernelManager._async_start_kernel, where
+    assert manager.AsyncKernelManager.shutdown_kernel is KernelManager._async_shutdown_kernel, where
     assert "kwargs.setdefault('kernel_manager_class', AsyncKernelManager)" in inspect.getsource(Execute.__init__), where
 
 

@@ -18,8 +18,8 @@ worker (worker.py) installs this client through
   (`Execute.shutdown_kernel = "immediate"`, set by the worker) loses nothing.
 
 The worker's Execute preprocessor (GradingExecute) starts each kernel with
-kernel_manager.GradingKernelManager, which looks for a killed kernel's end
-every 5 ms, not every 0.1 s.
+kernel_manager.GradingKernelManager, which drops jupyter_client's fixed
+pauses around a kernel's start and end.
 """
 import json
 import time
@@ -218,7 +218,7 @@ class GradingKernelClient(AsyncKernelClient):
                 raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
         while True:  # drain what is queued, without waiting for more
             try:
-                await ensure_async(self.iopub_channel.get_msg(timeout=0.01))
+                await ensure_async(self.iopub_channel.get_msg(timeout=0))
             except Empty:
                 break
 
