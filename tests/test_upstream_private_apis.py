@@ -325,3 +325,17 @@ def test_referee_memo_serializes_and_loads_a_compiled_program():
     (out,) = programs.run(loaded, [state, jax.device_put(np.ones(4, np.float32))])
     assert np.asarray(out).tolist() == [1.0, 2.0, 3.0, 4.0], where
     assert state.is_deleted() and out.unsafe_buffer_pointer() == pointer, where
+
+
+def test_nbgrader_gradebook_engine():
+    # donation_course/grading/executors/worker.py's one_engine_per_database replaces nbgrader.api's module-level
+    # create_engine (nbgrader 0.9.6), which Gradebook.__init__ calls for every Gradebook; Gradebook.close disposes
+    # of the engine's connections, which keeps a shared engine from holding one open between Gradebooks.
+    import nbgrader
+    import nbgrader.api
+
+    where = (f"worker.one_engine_per_database was written for nbgrader 0.9.6, this is {_version(nbgrader)}: "
+             "re-check how Gradebook makes and closes its engine")
+    assert _version(nbgrader) == "0.9.6", where
+    assert "self.engine = create_engine(db_url" in inspect.getsource(nbgrader.api.Gradebook.__init__), where
+    assert "self.engine.dispose()" in inspect.getsource(nbgrader.api.Gradebook.close), where
