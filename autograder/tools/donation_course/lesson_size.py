@@ -64,9 +64,8 @@ def reference_start(nb) -> int | None:
     holds a grade or answer cell (nbgrader's metadata, read here without importing nbgrader: the compile cache's
     fill cuts the source with this, and nbgrader's import takes half a second)."""
     start = len(main_path(nb))
-    rest = nb.cells[start:]
-    graded = ("grade", "solution")
-    if not rest or any(any(c.metadata.get("nbgrader", {}).get(k, False) for k in graded) for c in rest):
+    rest = [c.metadata.get("nbgrader", {}) for c in nb.cells[start:]]
+    if not rest or any(meta.get("grade") or meta.get("solution") for meta in rest):
         return None
     return start
 

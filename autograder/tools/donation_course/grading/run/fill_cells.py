@@ -5,8 +5,8 @@ fixed environment, its working folder a scratch one.
 The fill ran each notebook in a Jupyter kernel, as grading runs it: one Python for the kernel client (nbclient)
 and one for the kernel (ipykernel), talking over ZeroMQ. What the fill keeps is only what JAX compiles, and the
 programs are the cells' own: IPython's shell in a fresh Python compiles the same ones, under the same cache keys
-(tests/test_grading.py compares the two), in about half the time (2.4 s -> 1.2 s for lesson 7 on the reference
-machine), and the fill is what a fresh course's first student waits for.
+(tests/test_grading.py compares the two), in a little more than half the time (2.4 s -> 1.4 s for lesson 7's
+fill on the reference machine), and the fill is what a fresh course's first student waits for.
 
 The cells run in order in one shell, as in a kernel; a cell that raises is shown and the next one runs (nbclient's
 allow_errors, as the fill ran before). A cell that ends the process ends the fill: compile_cache.Filling reports it.

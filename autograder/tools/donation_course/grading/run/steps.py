@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...course import Course, CourseError
+from ..executors import scratch
 from ..executors.pool import LocalPool
 from ..executors.worker import WorkerJob, make_kernelspec
 from ..integrity.audit_log import trusted_cells
@@ -348,10 +349,9 @@ def process_seconds() -> float:
     kernel keeps it, in clock ticks since boot (/proc/self/stat), against the time since boot: the boot time
     the kernel reports for the wall clock is whole seconds, which put this up to a second out."""
     try:
-        with open("/proc/self/stat") as fh:
-            started = int(fh.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
-    except (OSError, ValueError, IndexError, AttributeError):  # no /proc: from the import of this module
+        ticks = int(scratch.started(os.getpid()))  # (its start in clock ticks since boot; "" without /proc)
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, AttributeError):  # no /proc: from the import of this module
         return time.monotonic() - STARTED
 
 
