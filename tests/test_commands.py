@@ -118,6 +118,22 @@ def test_course_started_by_an_older_python_runs_under_python_3_12(env):
 
 
 @pytest.mark.skipif(not OLDER_PYTHON.exists(), reason="no Python 3.11 here to start ./course with")
+def test_course_takes_the_python_its_environments_were_made_with_before_searching_path(env, tmp_path):
+    """Once an environment exists, ./course runs under the Python it was made with (its pyvenv.cfg), without
+    running the python3.12 first on PATH: on a pyenv machine that is a shim which fails after a tenth of a
+    second of shell when another version is the global one (every command paid it)."""
+    marker = tmp_path / "shim-ran"
+    shim = tmp_path / "python3.12"
+    shim.write_text(f"#!/bin/sh\ntouch {marker}\nexit 127\n")
+    shim.chmod(0o755)
+    without = {k: v for k, v in env.items() if k != "COURSE_PYTHON"}
+    without["PATH"] = f"{tmp_path}:{without.get('PATH', '')}"
+    result = run([str(OLDER_PYTHON), str(COURSE_CMD), "frobnicate"], env=without, check=False, timeout=120)
+    assert result.returncode == 2 and "unknown command 'frobnicate'" in result.stderr, result.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.skipif(not OLDER_PYTHON.exists(), reason="no Python 3.11 here to start ./course with")
 def test_course_says_in_one_line_that_it_found_no_python_3_12(env, tmp_path):
     """A python3.12 that does not run (a pyenv shim for a version not selected
     exits 127) is passed over; with none left, one line says what to install."""
