@@ -87,3 +87,98 @@ def test_a_dead_zygote_is_started_once_more_then_kernels_start_as_before():
 def test_a_launcher_that_cannot_reach_the_zygote_starts_the_kernel_itself():
     pids = [pid for pid, *_ in kernels(["kernel", "unlink", "kernel"])]
     assert pids == [FORKED, STARTED], pids
+
+
+ADOPT = """
+import json, os, sys, tempfile
+from pathlib import Path
+from jupyter_client.manager import KernelManager
+from donation_course.grading.run.settings import GradingSettings
+from donation_course.grading.executors import worker
+from donation_course.grading.executors.early_zygotes import EarlyZygotes
+
+def children(pid):
+    names = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in open(f"/proc/{pid}/task/{task}/children").read().split():
+            names.append(open(f"/proc/{child}/comm").read().strip())
+    return names
+
+settings = GradingSettings(audit=False).kernel("")
+early = EarlyZygotes("", 3)
+first = early.take(0, settings.sandbox, settings.fork, settings.compile_cache)
+print("TAKEN", first is not None, early.take(0, settings.sandbox, settings.fork, "") is None,
+      early.take(1, settings.sandbox, False, "") is None, early.take(1, False, True, "") is None,
+      early.take(2, settings.sandbox, settings.fork, "/another/cache") is None, flush=True)
+early.end_unused()
+print("LEFT", sum(z is not None for z in early.zygotes), flush=True)
+grader = os.fork()
+if grader == 0:  # a grading process, forked as the pool forks its workers
+    tmp = tempfile.mkdtemp(prefix="dlw-", dir="/tmp")
+    os.environ["JUPYTER_PATH"] = str(worker.make_kernelspec(Path(tmp) / "jupyter", sys.executable))
+    worker.use_kernel_settings(settings)
+    worker.spawn_kernel_zygote(settings, tmp, first)
+    worker.prepare_kernel_zygote()
+    runtime = worker.new_student_dir(Path(tmp) / "w0")
+    cwd = Path(tmp) / "student"
+    cwd.mkdir()
+    km = KernelManager(kernel_name=worker.KERNEL_NAME, transport="ipc")
+    km.ip = str(runtime / "kernel-ipc")
+    km.start_kernel(cwd=str(cwd))
+    kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
+    out = []
+    kc.execute_interactive("import os; print(f'{os.getpid()}/{os.getppid()}')", timeout=60,
+                           output_hook=lambda m: out.append(m["content"].get("text", "")))
+    print("KERNEL", "".join(out).strip(), "under", " ".join(children(first.pid)),
+          "own", " ".join(c for c in children(os.getpid()) if c == "dl-kzygote") or "none", flush=True)
+    km.shutdown_kernel(now=True)
+    worker._zygote.stop()
+    import shutil; shutil.rmtree(tmp)
+    os._exit(0)
+_, status = os.waitpid(grader, 0)
+print("GRADER", os.waitstatus_to_exitcode(status), flush=True)
+folder, pid = early.folder, first.pid
+early.close()
+print("CLOSED", os.path.exists(folder), os.path.exists(f"/proc/{pid}"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_grading_process_adopts_the_zygote_its_run_started_before_it_and_forks_its_kernels_there():
+    """`./course grade` starts its kernel zygotes before it imports nbgrader (executors/early_zygotes.py). Each
+    is taken once, only for kernels sandboxed, forked and reading the cache it was started for; one no worker
+    takes is ended. A grading process forked after it adopts it: its kernel is forked there (FORKED, the zygote's
+    child that joined the sandbox under the run's zygote), and it starts no zygote of its own. Closing ends the
+    zygote and removes its folder."""
+    r = subprocess.run([sys.executable, "-c", ADOPT], capture_output=True, text=True, timeout=240 * LIMIT_SCALE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.strip()}
+    assert lines["TAKEN"] == ["True"] * 5, r.stdout
+    assert lines["LEFT"] == ["1"], r.stdout
+    kernel = lines["KERNEL"]
+    assert kernel[0] == FORKED and "dl-kjoin" in kernel[kernel.index("under") + 1:kernel.index("own")], r.stdout
+    assert kernel[-1] == "none", r.stdout
+    assert lines["GRADER"] == ["0"] and lines["CLOSED"] == ["False", "False"], r.stdout
+
+
+def test_a_run_starts_early_zygotes_only_where_its_local_workers_can_take_them(tmp_path):
+    """From the command line alone: none for a cluster, --no-sandbox, --help or a course that cannot be read;
+    as many as the workers asked for, at most one per --student and at most MAX_EARLY, for the course's cache."""
+    from donation_course.course import COURSE
+    from donation_course.grading.executors.early_zygotes import MAX_EARLY, EarlyZygotes
+
+    for argv in (["subs", "--scheduler", "tcp://127.0.0.1:1"], ["subs", "--no-sandbox"], ["subs", "--help"],
+                 ["subs", "--course", str(tmp_path / "nothing")], ["subs", "--workers", "0"]):
+        assert EarlyZygotes.start(argv) is None, argv
+    for argv, count, cache in ((["subs", "--workers", "3", "--student", "a"], 1, str(COURSE.compile_cache)),
+                               (["subs", "--workers", "99", "--no-compile-cache"], MAX_EARLY, ""),
+                               (["subs", "--workers", "2"], 2, str(COURSE.compile_cache))):
+        early = EarlyZygotes.start(argv)
+        try:
+            if shutil.which("bwrap") is None:
+                assert early is None
+                continue
+            assert len(early.zygotes) == count and early.compile_cache == cache, argv
+        finally:
+            if early is not None:
+                early.close()

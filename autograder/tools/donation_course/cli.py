@@ -33,9 +33,16 @@ def regenerate(argv) -> int:
 
 
 def grade(argv) -> int:
-    from .grading.run.cli import main as grade_main
+    from .grading.executors.early_zygotes import EarlyZygotes
 
-    return grade_main(argv)
+    early = EarlyZygotes.start(argv)  # first: they import JAX while this process imports nbgrader
+    try:
+        from .grading.run.cli import main as grade_main
+
+        return grade_main(argv, early=early)
+    finally:
+        if early is not None:
+            early.close()
 
 
 def check(argv) -> int:

@@ -21,6 +21,7 @@ from ... import interrupts
 from ...course import CourseError
 from ..results.result import StudentResult
 from ..run.state import held_locks
+from .early_zygotes import EarlyZygotes, Handoff
 from .orphans import Orphans
 from .protocol import Died, Done, Grade, Ready, Stop, receive
 from .worker import WorkerJob, serve
@@ -40,12 +41,13 @@ class Slot:
     student: str | None = None
     since: float = 0.0
     log: str = field(default="")
+    zygote: Handoff | None = None  # the kernel zygote the run started for this worker, which it adopted
 
 
 class LocalPool:
     """N forked workers; each can be killed (with its kernel) and replaced."""
 
-    def __init__(self, n: int, job: WorkerJob, timeout: int):
+    def __init__(self, n: int, job: WorkerJob, timeout: int, early: EarlyZygotes | None = None):
         # Workers are forked from this process, which has imported nbgrader
         # already: a worker costs no Python start-up and no imports. Forking
         # is sound while this process runs one thread: a run starts none
@@ -53,12 +55,16 @@ class LocalPool:
         # _start refuses to fork otherwise.
         self.ctx = mp.get_context("fork")
         self.job, self.timeout, self.early_deaths = job, timeout, 0
+        self.early = early  # kernel zygotes the run started before its workers: each first worker adopts one
         self.orphans = Orphans()  # what a killed worker's processes leave behind comes to this process (orphans.py)
         try:
             self.slots = [self._start(i) for i in range(n)]
         except BaseException:
             self.orphans.release()
             raise
+        finally:
+            if early is not None:
+                early.end_unused()
 
     def _start(self, i: int) -> Slot:
         if threading.active_count() != 1:
@@ -66,14 +72,17 @@ class LocalPool:
                                f"threads: {[t.name for t in threading.enumerate()]}")
         db = Path(self.job.db).parent / f"worker-{i}.db"
         shutil.copyfile(Path(self.job.course) / "gradebook.db", db)
+        kernel = self.job.kernel
+        zygote = (self.early.take(i, kernel.sandbox, kernel.fork, kernel.compile_cache)
+                  if self.early is not None and not hasattr(self, "slots") else None)  # first workers only
         job = replace(self.job, db=str(db), log=str(Path(self.job.log) / f"worker-{i}.log"),
-                      tmp=str(Path(self.job.tmp) / f"w{i}"))
+                      tmp=str(Path(self.job.tmp) / f"w{i}"), zygote=zygote)
         parent, child = self.ctx.Pipe()
         inherited = (parent, *(slot.conn for slot in getattr(self, "slots", [])), *held_locks())
         proc = self.ctx.Process(target=serve, args=(child, job, os.getpid(), inherited), daemon=True)
         proc.start()
         child.close()
-        return Slot(i, proc, parent, log=job.log)
+        return Slot(i, proc, parent, log=job.log, zygote=zygote)
 
     def kill(self, slot: Slot) -> list[int]:
         """Kill a worker and every process under it, and wait until they are gone; then end what they left (a
@@ -95,6 +104,8 @@ class LocalPool:
         slot.proc.kill()
         slot.proc.join(5)
         slot.conn.close()
+        if slot.zygote is not None:  # started by this process, so not among the worker's: ended here
+            self.early.end(slot.zygote)
         _, alive = psutil.wait_procs(procs, timeout=10)
         self.orphans.end(keep={s.proc.pid for s in self.slots if s is not slot})
         return [p.pid for p in alive]

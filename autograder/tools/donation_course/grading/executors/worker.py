@@ -25,6 +25,7 @@ from ..referee.student import referee_student
 from ..reports.messages import cell_messages, diagnose, died_at_startup
 from ..results.result import CellGrade, Comment, NotebookResult, StudentResult
 from ..run.settings import KERNEL_SETTINGS_ENV, STUDENT_DIR_ENV, KernelSettings
+from .early_zygotes import Handoff
 from .protocol import Died, Done, Grade, Ready, Stop, receive
 
 KERNEL_NAME = "donation-lab-graded"
@@ -43,6 +44,7 @@ class WorkerJob:
     kernel_dir: str   # holds the grading kernelspec (make_kernelspec)
     log: str
     tmp: str          # this worker's scratch folder, removed by the run however it ends
+    zygote: Handoff | None = None  # a kernel zygote the run started for this worker (early_zygotes.py)
 
 
 def make_kernelspec(folder: Path, python: str) -> Path:
@@ -67,10 +69,14 @@ def use_kernel_settings(settings: KernelSettings) -> None:
 _zygote: Zygote | None = None  # this process's kernel zygote (integrity/kernel_zygote.py), when kernels fork
 
 
-def spawn_kernel_zygote(settings: KernelSettings, folder: str) -> None:
-    """Start this process's kernel zygote, if its kernels are sandboxed and forked; it imports meanwhile."""
+def spawn_kernel_zygote(settings: KernelSettings, folder: str, handoff: Handoff | None = None) -> None:
+    """Start this process's kernel zygote, if its kernels are sandboxed and forked; it imports meanwhile. With
+    `handoff`, adopt the one the run started for this worker instead."""
     global _zygote
     if settings.sandbox and settings.fork:
+        if handoff is not None:
+            _zygote = Zygote.adopt(handoff.path, handoff.pid, handoff.ready_fd, settings.compile_cache)
+            return
         _zygote = Zygote(folder, settings.compile_cache)
         _zygote.spawn()
 
@@ -315,7 +321,7 @@ def serve(conn, job: WorkerJob, parent: int, inherited: tuple = ()) -> None:
     own_tmp = Path(job.tmp + "-tmp")
     own_tmp.mkdir(parents=True, exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(own_tmp)
-    spawn_kernel_zygote(job.kernel, str(own_tmp))
+    spawn_kernel_zygote(job.kernel, str(own_tmp), job.zygote)
     from .fastkernel import CappedIOPubChannel
 
     CappedIOPubChannel.limit = job.max_output_bytes

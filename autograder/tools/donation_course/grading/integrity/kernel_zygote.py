@@ -257,6 +257,14 @@ class Zygote:
         self.starts = 0
         self.waiting = False
 
+    @classmethod
+    def adopt(cls, path: str, pid: int, ready_fd: int, compile_cache: str) -> Zygote:
+        """A zygote another process started for this one (executors/early_zygotes.py): it listens at `path` and
+        says it is ready on `ready_fd`. One that died is replaced as a zygote of this process's own."""
+        zygote = cls(os.path.dirname(path), compile_cache)
+        zygote.proc, zygote.starts, zygote.waiting = _Adopted(pid, ready_fd), 1, True
+        return zygote
+
     def usable(self) -> bool:
         return len(self.path.encode()) < 100  # a unix socket's path has room for about 104 bytes
 
@@ -304,6 +312,32 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+
+class _Adopted:
+    """The handle of an adopted zygote: the process that started it reaps it, so this one cannot wait for it,
+    and reads whether it is alive from /proc (a zombie is dead)."""
+
+    def __init__(self, pid: int, ready_fd: int):
+        self.pid, self.stdout = pid, os.fdopen(os.dup(ready_fd), "rb", buffering=0)  # (the fork's copy of the
+        # starter's pipe object owns ready_fd)
+
+    def poll(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return -signal.SIGKILL
+        return -signal.SIGKILL if state in ("Z", "X") else None
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def wait(self) -> None:
+        pass  # the starter reaps it
 
 
 def connect(path: str) -> socket.socket:

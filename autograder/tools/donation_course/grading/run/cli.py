@@ -110,7 +110,8 @@ def settings_from(args: argparse.Namespace, course: Course) -> GradingSettings:
     return settings
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], early=None) -> int:
+    """`early`: the kernel zygotes started before this (executors/early_zygotes.py), for the local pool."""
     from .steps import GradeRequest, grade_class
 
     args = parser().parse_args(argv)
@@ -118,4 +119,4 @@ def main(argv: list[str]) -> int:
     settings = settings_from(args, course)
     request = GradeRequest(submissions=args.submissions, students=tuple(args.student or ()),
                            only_changed=args.only_changed)
-    return grade_class(course, settings, request)
+    return grade_class(course, settings, request, early=early)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ...course import Course, CourseError
 from ..executors import scratch
+from ..executors.early_zygotes import EarlyZygotes
 from ..executors.pool import LocalPool
 from ..executors.worker import WorkerJob, make_kernelspec
 from ..integrity.audit_log import trusted_cells
@@ -88,8 +89,10 @@ def late_timestamp(files: dict, duedate, notes: list, sid: str):
 
 
 class Run:
-    def __init__(self, course: Course, settings: GradingSettings, request: GradeRequest):
+    def __init__(self, course: Course, settings: GradingSettings, request: GradeRequest,
+                 early: EarlyZygotes | None = None):
         self.course, self.settings, self.request = course, settings, request
+        self.early = early  # kernel zygotes started before the run (early_zygotes.py): the local pool adopts them
         self.out = settings.output_folder(course)
         self.state_path = course.state_file
         self.start = time.monotonic()
@@ -256,6 +259,8 @@ class Run:
                 self.on_result(result)
         if not self.gradable:
             self.finish_fill()
+            if self.early is not None:
+                self.early.end_unused()
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
         self.start = time.monotonic()
@@ -316,9 +321,11 @@ class Run:
                 from ..executors.cluster import ClusterExecutor
 
                 pool = ClusterExecutor(self, job)
+                if self.early is not None:
+                    self.early.end_unused()
             else:
                 pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
-                                 self.settings.timeout)
+                                 self.settings.timeout, early=self.early)
             try:
                 if early:
                     self.finish_fill()
@@ -368,7 +375,8 @@ def disk_full(exc: BaseException) -> OSError | None:
     return None
 
 
-def grade_class(course: Course, settings: GradingSettings, request: GradeRequest) -> int:
+def grade_class(course: Course, settings: GradingSettings, request: GradeRequest,
+                early: EarlyZygotes | None = None) -> int:
     """Grade the class; the exit code: EXIT_ALL_GRADED, or EXIT_NEEDS_YOU when students (or
     files) wait for the instructor. A failed run raises CourseError (EXIT_FAILED), a full disk too, once
     what was graded is saved."""
@@ -378,7 +386,7 @@ def grade_class(course: Course, settings: GradingSettings, request: GradeRequest
         require_scheduler(settings.scheduler)
     else:
         require_sandbox(settings)
-    run = Run(course, settings, request)
+    run = Run(course, settings, request, early)
     full: OSError | None = None
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="donation-lab-run-") as work, contextlib.ExitStack() as locked:
