@@ -160,25 +160,3 @@ def test_a_grading_process_adopts_the_zygote_its_run_started_before_it_and_forks
     assert kernel[-1] == "none", r.stdout
     assert lines["GRADER"] == ["0"] and lines["CLOSED"] == ["False", "False"], r.stdout
 
-
-def test_a_run_starts_early_zygotes_only_where_its_local_workers_can_take_them(tmp_path):
-    """From the command line alone: none for a cluster, --no-sandbox, --help or a course that cannot be read;
-    as many as the workers asked for, at most one per --student and at most MAX_EARLY, for the course's cache."""
-    from donation_course.course import COURSE
-    from donation_course.grading.executors.early_zygotes import MAX_EARLY, EarlyZygotes
-
-    for argv in (["subs", "--scheduler", "tcp://127.0.0.1:1"], ["subs", "--no-sandbox"], ["subs", "--help"],
-                 ["subs", "--course", str(tmp_path / "nothing")], ["subs", "--workers", "0"]):
-        assert EarlyZygotes.start(argv) is None, argv
-    for argv, count, cache in ((["subs", "--workers", "3", "--student", "a"], 1, str(COURSE.compile_cache)),
-                               (["subs", "--workers", "99", "--no-compile-cache"], MAX_EARLY, ""),
-                               (["subs", "--workers", "2"], 2, str(COURSE.compile_cache))):
-        early = EarlyZygotes.start(argv)
-        try:
-            if shutil.which("bwrap") is None:
-                assert early is None
-                continue
-            assert len(early.zygotes) == count and early.compile_cache == cache, argv
-        finally:
-            if early is not None:
-                early.close()

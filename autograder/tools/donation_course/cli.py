@@ -33,16 +33,15 @@ def regenerate(argv) -> int:
 
 
 def grade(argv) -> int:
-    from .grading.executors.early_zygotes import EarlyZygotes
+    from .grading.run.early import start_early
 
-    early = EarlyZygotes.start(argv)  # first: they import JAX while this process imports nbgrader
+    early = start_early(argv)  # first: they import JAX while this process imports nbgrader
     try:
         from .grading.run.cli import main as grade_main
 
         return grade_main(argv, early=early)
     finally:
-        if early is not None:
-            early.close()
+        early.close()
 
 
 def check(argv) -> int:

@@ -3,8 +3,8 @@
 Each grading worker forks its kernels from a kernel zygote (integrity/kernel_zygote.py), a Python that has
 imported ipykernel and JAX: about half a second of a core. A worker used to start its own once it was forked,
 and the run forks its workers only after it has imported nbgrader, nbconvert and SQLAlchemy (about a second on
-one core, the other idle). So `./course grade` now starts the zygotes first (`EarlyZygotes.start`, from the
-command line alone), and they import JAX on the idle core while the run imports and prepares.
+one core, the other idle). So `./course grade` now starts the zygotes first (run/early.py, from the command
+line alone), and they import JAX on the idle core while the run imports and prepares.
 
 A worker adopts its zygote when it is forked (pool.py, `take`): the zygote was started for the compile cache
 the run's kernels read, and serves the same unix socket protocol. What the command line cannot tell (a course
@@ -15,7 +15,6 @@ what is left and removes their folder however the run ends.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -26,7 +25,6 @@ from ..integrity.kernel_zygote import Zygote
 from .scratch import mark_owner, remove_orphans
 
 PREFIX = "dlz-"  # /tmp/dlz-*: the zygotes' sockets, one folder per run
-MAX_EARLY = 4  # zygotes started before the run knows its class: one machine's first few workers
 
 
 @dataclass(frozen=True)
@@ -51,40 +49,6 @@ class EarlyZygotes:
             zygote.spawn()
             self.zygotes.append(zygote if zygote.proc is not None else None)
         self.taken: set[int] = set()
-
-    @classmethod
-    def start(cls, argv: list[str]) -> EarlyZygotes | None:
-        """Zygotes for the local run `./course grade argv` will most likely make, or None where it makes none
-        (a cluster, --no-sandbox, no bubblewrap) or the command line cannot tell the cache's folder."""
-        from ...course import AUTOGRADER, Course, CourseError
-        from ..run.settings import available_cores
-
-        p = argparse.ArgumentParser(add_help=False)
-        p.add_argument("--course", type=Path, default=AUTOGRADER)
-        p.add_argument("--assignment", default=None)
-        p.add_argument("--workers", type=int, default=None)
-        p.add_argument("--student", action="append", default=None)
-        p.add_argument("--scheduler", default=None)
-        p.add_argument("--no-sandbox", action="store_true")
-        p.add_argument("--no-compile-cache", action="store_true")
-        p.add_argument("-h", "--help", action="store_true")
-        try:
-            args, _ = p.parse_known_args(argv)
-        except SystemExit:  # a malformed flag: the real parser says so
-            return None
-        scheduler = args.scheduler if args.scheduler is not None else os.environ.get("DASK_SCHEDULER_ADDRESS")
-        if args.help or args.no_sandbox or scheduler not in (None, "", "local") or not shutil.which("bwrap"):
-            return None
-        try:
-            course = Course(args.course.resolve(), args.assignment)
-            if course.several and (course.root / ".grading" / "state.json").exists():
-                return None  # grading_dir would move the one-assignment files: the run does that, under its lock
-            cache = "" if args.no_compile_cache else str(course.compile_cache)
-        except (CourseError, OSError):
-            return None
-        workers = available_cores() if args.workers is None else args.workers
-        count = min(workers, len(args.student or ()) or MAX_EARLY, MAX_EARLY)
-        return cls(cache, count) if count > 0 else None
 
     def take(self, i: int, sandbox: bool, fork: bool, compile_cache: str) -> Handoff | None:
         """Worker i's zygote, if one was started for kernels with these settings (and not taken yet)."""

@@ -111,7 +111,7 @@ def settings_from(args: argparse.Namespace, course: Course) -> GradingSettings:
 
 
 def main(argv: list[str], early=None) -> int:
-    """`early`: the kernel zygotes started before this (executors/early_zygotes.py), for the local pool."""
+    """`early`: what was started before this (early.py), for the run to take."""
     from .steps import GradeRequest, grade_class
 
     args = parser().parse_args(argv)

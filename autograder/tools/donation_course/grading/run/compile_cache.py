@@ -31,6 +31,7 @@ flags and jaxlib's version: an answer that compiles something else, or a
 later jaxlib, finds no entry and compiles as it would without the cache.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -75,11 +76,61 @@ def filled_from(folder: Path) -> Filled:
         return Filled()  # not a stamp this grader wrote: filled again
 
 
+class EarlyFill:
+    """The Python of a fill, started as a run's first act on a course that has no compile cache yet (run/early.py),
+    before the run has read its course and imported nbgrader. It imports JAX and IPython (about 0.6 s of a core,
+    on the core the run's own imports leave idle), then waits for the notebook to run (fill_cells --wait). A fill
+    of one notebook takes it (`Filling`); anything else ends it, and the fill starts its own as before."""
+
+    def __init__(self, course: Course, folder: Path):
+        from .prepare import draw_secret
+
+        self.new = folder.with_name(folder.name + ".new")
+        self.home = tempfile.mkdtemp(prefix="donation-lab-fill-")
+        self.output = tempfile.TemporaryFile(mode="w+")
+        env = unsandboxed_env(self.home, cache=str(self.new), writable=True, draw_seed=draw_secret(course))
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "donation_course.grading.run.fill_cells", "--wait",
+                                      str(os.getpid())], stdin=subprocess.PIPE, stdout=self.output,
+                                     stderr=subprocess.STDOUT, env=env, cwd=self.home, text=True)
+        self.taken = False
+
+    def take(self, new: Path, name: str, notebook) -> subprocess.Popen | None:
+        """Run `notebook` (nbformat's, written as `name`, as run_notebooks writes it) into the cache folder `new`;
+        None if this Python was started for another."""
+        import nbformat
+
+        if self.taken or new != self.new or self.proc.poll() is not None:
+            return None
+        self.taken = True
+        runs = Path(self.home) / name
+        nbformat.write(notebook, runs)
+        try:
+            self.proc.stdin.write(f"{runs}\n")
+            self.proc.stdin.close()
+        except OSError:
+            return None  # it died meanwhile: its exit status says so (Filling.finish)
+        return self.proc
+
+    def close(self) -> None:
+        """End it if it still runs (not taken, or the run stopped), and remove its home."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self.output.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
 class Filling:
     """A fill under way in a process of its own (`start`); `finish` waits for it and returns the line."""
 
-    def __init__(self, course: Course, folder: Path, digest: str, notebooks=None):
+    def __init__(self, course: Course, folder: Path, digest: str, notebooks=None, early: EarlyFill | None = None):
         self.folder, self.digest = folder, digest
+        self.limit, self.early_name = None, ""  # a fill run by an EarlyFill: its time limit, its notebook's name
         wanted = {p.stem for p in notebooks_with_hidden_tests(course)}
         if notebooks is not None:
             wanted &= set(notebooks)
@@ -96,6 +147,14 @@ class Filling:
         else:
             shutil.rmtree(folder, ignore_errors=True)
             self.new.mkdir(parents=True)
+        if early is not None and len(self.todo) == 1:
+            path = next(p for p in notebooks_with_hidden_tests(course) if p.stem == self.todo[0])
+            nb = main_path_notebook(path)
+            self.proc = early.take(self.new, path.name, nb)
+            if self.proc is not None:
+                self.output, self.early_name = early.output, path.name
+                self.limit = CELL_TIMEOUT * max(1, sum(1 for cell in nb.cells if cell.cell_type == "code"))
+                return
         self.output = tempfile.TemporaryFile(mode="w+")
         # In a process of its own: the kernel client leaves threads behind, and
         # the grader's process must have one when it forks its workers (pool.py).
@@ -113,8 +172,12 @@ class Filling:
         grading goes on without the part that failed."""
         if self.proc is None:
             return ""
+        late = False
         try:
-            code = self.proc.wait()
+            code = self.proc.wait(timeout=self.limit)
+        except subprocess.TimeoutExpired:  # (an EarlyFill's: run_notebooks times its own)
+            self.proc.kill()
+            code, late = self.proc.wait(), True
         except BaseException:  # Ctrl-C
             self.stop()
             raise
@@ -125,6 +188,9 @@ class Filling:
         if code != 0:
             shutil.rmtree(self.new, ignore_errors=True)
             why = (said.strip().splitlines() or ["no output"])[-1]
+            if self.early_name:  # as run_notebooks says it
+                why = (f"{self.early_name} ran past {self.limit} s" if late else
+                       f"{self.early_name} ended its run (exit status {code})")
             if self.kept:
                 return (f"note: the compile cache has no programs of {', '.join(self.todo)} (running the source's "
                         f"hidden tests failed: {why}); grading those without them")
@@ -154,9 +220,10 @@ class Filling:
         self.proc = None
 
 
-def start(course: Course, folder: Path, digest: str, notebooks=None) -> Filling:
-    """Start filling `folder` (as `fill` does) in the background; call `finish()` on the result."""
-    return Filling(course, folder, digest, notebooks)
+def start(course: Course, folder: Path, digest: str, notebooks=None, early: EarlyFill | None = None) -> Filling:
+    """Start filling `folder` (as `fill` does) in the background; call `finish()` on the result. `early`: a fill's
+    Python the run started first, which a fill of one notebook takes."""
+    return Filling(course, folder, digest, notebooks, early)
 
 
 def fill(course: Course, folder: Path, digest: str, notebooks=None) -> str:

@@ -30,5 +30,25 @@ def run_cells(path: str) -> None:
             shell.run_cell(cell.source, store_history=True)
 
 
+def wait_for_notebook(parent: int) -> None:
+    """`fill_cells --wait PARENT`: a fill started before the run knew whether it fills (compile_cache.EarlyFill).
+    Import what the cells will, then run the notebook whose path comes on stdin; nothing, if stdin closes first.
+    Dies with the run's process."""
+    from ..integrity.lifetime import die_with
+
+    die_with(parent)
+    import jax  # noqa: F401  (what every fill's cells import first, and IPython's shell)
+    import jax.numpy  # noqa: F401
+    import nbformat  # noqa: F401
+    from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+
+    path = sys.stdin.readline().strip()
+    if path:
+        run_cells(path)
+
+
 if __name__ == "__main__":
-    run_cells(sys.argv[1])
+    if sys.argv[1] == "--wait":
+        wait_for_notebook(int(sys.argv[2]))
+    else:
+        run_cells(sys.argv[1])

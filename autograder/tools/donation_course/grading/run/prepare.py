@@ -23,7 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...course import Course, CourseError, load_config
-from .compile_cache import Filling, notebooks_with_hidden_tests, start
+from .compile_cache import EarlyFill, Filling, notebooks_with_hidden_tests, start
 from .state import State, load_state, save_state
 
 
@@ -147,15 +147,18 @@ def draw_secret(course: Course) -> str:
 
 
 def begin_preparing(course: Course, out: Path, say: Callable[[str], None], compile_cache: bool = True,
-                    notebooks: Iterable[str] | None = None,
-                    phases: dict | None = None) -> tuple[State, Filling | None]:
+                    notebooks: Iterable[str] | None = None, phases: dict | None = None,
+                    early: EarlyFill | None = None) -> tuple[State, Filling | None]:
     """`prepare` without the wait for the fill: the state, and the fill still under way (None if none was
-    started), which the caller finishes before any kernel reads the cache, or stops."""
+    started), which the caller finishes before any kernel reads the cache, or stops. `early`: a fill's Python
+    the run started first (run/early.py): the fill takes it, or it is ended here."""
     phases = {} if phases is None else phases
     draw_secret(course)  # made with the course's first preparation, so copies of a prepared course share it
     path = course.state_file
     state = load_state(path, say)
-    filling = start(course, course.compile_cache, cache_digest(course), notebooks) if compile_cache else None
+    filling = start(course, course.compile_cache, cache_digest(course), notebooks, early) if compile_cache else None
+    if early is not None and not early.taken:
+        early.close()
     began = time.monotonic()
     try:
         ensure_assignment(course, state, out / "logs" / "generate_assignment.log")

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from ...course import Course, CourseError
 from ..executors import scratch
-from ..executors.early_zygotes import EarlyZygotes
 from ..executors.pool import LocalPool
 from ..executors.worker import WorkerJob, make_kernelspec
 from ..integrity.audit_log import trusted_cells
@@ -39,6 +38,7 @@ from ..results.result import NEEDS_YOU, Status, StudentResult
 from ..results.reviews import answer_digest
 from ..submissions.collect import collect, notebook_problem, stage
 from .deadlines import penalty_plugin, read_extensions
+from .early import Early
 from .prepare import begin_preparing, digest_files, draw_secret, finish_fill
 from .progress import NoProgress, progress_bar
 from .settings import GradingSettings
@@ -89,10 +89,10 @@ def late_timestamp(files: dict, duedate, notes: list, sid: str):
 
 
 class Run:
-    def __init__(self, course: Course, settings: GradingSettings, request: GradeRequest,
-                 early: EarlyZygotes | None = None):
+    def __init__(self, course: Course, settings: GradingSettings, request: GradeRequest, early: Early | None = None):
         self.course, self.settings, self.request = course, settings, request
-        self.early = early  # kernel zygotes started before the run (early_zygotes.py): the local pool adopts them
+        early = early or Early()  # what was started before the run (early.py): the pool's zygotes, the fill's Python
+        self.early_zygotes, self.early_fill = early.zygotes, early.fill
         self.out = settings.output_folder(course)
         self.state_path = course.state_file
         self.start = time.monotonic()
@@ -147,7 +147,7 @@ class Run:
         parts: dict[str, float] = {}
         self.state, self.filling = begin_preparing(self.course, self.out, say,
                                                    compile_cache=self.settings.compile_cache,
-                                                   notebooks=self.handed_in(), phases=parts)
+                                                   notebooks=self.handed_in(), phases=parts, early=self.early_fill)
         self.details.update({f"prepare.{k}": v for k, v in parts.items()})
         self.facts = assignment_facts(self.course)
         self.deadline = Deadline(penalty_plugin(self.course), self.extensions)
@@ -259,8 +259,8 @@ class Run:
                 self.on_result(result)
         if not self.gradable:
             self.finish_fill()
-            if self.early is not None:
-                self.early.end_unused()
+            if self.early_zygotes is not None:
+                self.early_zygotes.end_unused()
             return
         bar = progress_bar(len(self.gradable)) if self.settings.progress else NoProgress()
         self.start = time.monotonic()
@@ -321,11 +321,11 @@ class Run:
                 from ..executors.cluster import ClusterExecutor
 
                 pool = ClusterExecutor(self, job)
-                if self.early is not None:
-                    self.early.end_unused()
+                if self.early_zygotes is not None:
+                    self.early_zygotes.end_unused()
             else:
                 pool = LocalPool(max(1, min(self.settings.worker_count(), len(self.gradable))), job,
-                                 self.settings.timeout, early=self.early)
+                                 self.settings.timeout, early=self.early_zygotes)
             try:
                 if early:
                     self.finish_fill()
@@ -375,8 +375,7 @@ def disk_full(exc: BaseException) -> OSError | None:
     return None
 
 
-def grade_class(course: Course, settings: GradingSettings, request: GradeRequest,
-                early: EarlyZygotes | None = None) -> int:
+def grade_class(course: Course, settings: GradingSettings, request: GradeRequest, early: Early | None = None) -> int:
     """Grade the class; the exit code: EXIT_ALL_GRADED, or EXIT_NEEDS_YOU when students (or
     files) wait for the instructor. A failed run raises CourseError (EXIT_FAILED), a full disk too, once
     what was graded is saved."""
