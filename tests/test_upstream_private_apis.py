@@ -10,6 +10,8 @@ re-check, instead of a grading run that silently slows down or breaks.
 """
 import inspect
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -339,3 +341,24 @@ def test_nbgrader_gradebook_engine():
     assert _version(nbgrader) == "0.9.6", where
     assert "self.engine = create_engine(db_url" in inspect.getsource(nbgrader.api.Gradebook.__init__), where
     assert "self.engine.dispose()" in inspect.getsource(nbgrader.api.Gradebook.close), where
+
+
+def test_jax_looks_for_pjrt_plugins_once_without_a_backend_or_a_thread():
+    # The kernel zygote (integrity/kernel_zygote.py) and the referee server (referee/server.py) call
+    # jax._src.xla_bridge._discover_and_register_pjrt_plugins (jax 0.12.0.1) before they fork, so that a kernel's
+    # or a child's first backend does not look for PJRT plugins again (every distribution's entry points). That
+    # must start no backend and no thread (both fork after it), and the backend must skip it after.
+    import jax
+    from jax._src import xla_bridge
+
+    where = (f"the zygote and the referee server look for JAX's PJRT plugins as in jax 0.12.0.1, this is "
+             f"{_version(jax)}: re-check jax._src.xla_bridge")
+    assert _version(jax) == "0.12.0.1", where
+    assert "_plugins_registered" in inspect.getsource(xla_bridge._discover_and_register_pjrt_plugins), where
+    assert "_discover_and_register_pjrt_plugins()" in inspect.getsource(xla_bridge.backends), where
+    code = ("import os, jax\nfrom jax._src import xla_bridge\nxla_bridge._discover_and_register_pjrt_plugins()\n"
+            "print(xla_bridge._plugins_registered, bool(xla_bridge._backends), len(os.listdir('/proc/self/task')))")
+    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "HOME": "/tmp"}
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["True", "False", "1"], (out.stdout, out.stderr[-2000:])

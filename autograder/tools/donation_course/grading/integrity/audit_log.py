@@ -151,7 +151,7 @@ class ScoreFromSignedPasses(NbGraderPreprocessor):
 
         from nbgrader.utils import is_solution
 
-        from ..run.settings import STUDENT_DIR_ENV
+        from ..run.kernel_settings import STUDENT_DIR_ENV
         from .audit import end_digests
 
         folder, token = os.environ.get(STUDENT_DIR_ENV), resources.get(END_TOKEN)

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..run.settings import STUDENT_DIR_ENV, KernelSettings
+from ..run.kernel_settings import STUDENT_DIR_ENV, KernelSettings
 from .lifetime import DiesWithThisProcess, die_with_starter
 
 

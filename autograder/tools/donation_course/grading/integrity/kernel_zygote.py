@@ -120,7 +120,7 @@ def _drop_capabilities() -> None:
 def _kernel(request: dict, fds: list) -> None:
     """In the sandbox's namespaces: become the kernel. Never returns."""
     from ..executors.zygote import name_process  # dl-kzygote, dl-kjoin (the child that joins a sandbox), dl-kernel
-    from ..run.settings import KernelSettings
+    from ..run.kernel_settings import KernelSettings
     from .kernel import set_limits
     from .sandbox import become_sandbox_uid, fill_working_folder
 
@@ -214,9 +214,14 @@ def serve(path: str) -> None:
     import jax  # noqa: F401
     import jax.numpy  # noqa: F401
     import numpy  # noqa: F401
+    from jax._src import xla_bridge
 
     from ..executors.zygote import name_process
     from . import audit, kernel, kernel_app, sandbox  # noqa: F401  (what a kernel runs before it starts)
+
+    # JAX looks for PJRT plugins (every installed distribution's entry points) before it starts a backend, about
+    # 6 ms: done here once, not in every kernel. It starts no backend and no thread (checked next).
+    xla_bridge._discover_and_register_pjrt_plugins()
 
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")
