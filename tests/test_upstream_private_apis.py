@@ -343,22 +343,29 @@ def test_nbgrader_gradebook_engine():
     assert "self.engine.dispose()" in inspect.getsource(nbgrader.api.Gradebook.close), where
 
 
-def test_jax_looks_for_pjrt_plugins_once_without_a_backend_or_a_thread():
-    # The kernel zygote (integrity/kernel_zygote.py) and the referee server (referee/server.py) call
-    # jax._src.xla_bridge._discover_and_register_pjrt_plugins (jax 0.12.0.1) before they fork, so that a kernel's
-    # or a child's first backend does not look for PJRT plugins again (every distribution's entry points). That
-    # must start no backend and no thread (both fork after it), and the backend must skip it after.
+def test_jax_looks_for_pjrt_plugins_and_imports_its_dialects_before_a_fork_without_a_backend_or_a_thread():
+    # integrity/jax_before_fork.py, called by the kernel zygote and the referee server before they fork, calls
+    # jax._src.xla_bridge._discover_and_register_pjrt_plugins and touches jax._src.lib.mlir.dialects' lazily
+    # imported modules (jax 0.12.0.1), so that a kernel's or a child's first backend and first MLIR context do not
+    # do either again. That must start no backend and no thread (both fork after it), and the backend must skip
+    # the plugins after.
     import jax
     from jax._src import xla_bridge
+    from jax._src.interpreters import mlir
 
-    where = (f"the zygote and the referee server look for JAX's PJRT plugins as in jax 0.12.0.1, this is "
-             f"{_version(jax)}: re-check jax._src.xla_bridge")
+    where = (f"jax_before_fork.prepare_jax_for_forks relies on jax 0.12.0.1, this is {_version(jax)}: re-check "
+             "jax._src.xla_bridge and jax._src.interpreters.mlir._create_ir_context")
     assert _version(jax) == "0.12.0.1", where
     assert "_plugins_registered" in inspect.getsource(xla_bridge._discover_and_register_pjrt_plugins), where
     assert "_discover_and_register_pjrt_plugins()" in inspect.getsource(xla_bridge.backends), where
-    code = ("import os, jax\nfrom jax._src import xla_bridge\nxla_bridge._discover_and_register_pjrt_plugins()\n"
-            "print(xla_bridge._plugins_registered, bool(xla_bridge._backends), len(os.listdir('/proc/self/task')))")
+    assert all(f"dialects.{name}" in inspect.getsource(mlir._create_ir_context)
+               for name in ("mhlo", "chlo", "hlo", "sdy", "mpmd")), where
+    code = ("import os, sys, jax\nfrom jax._src import xla_bridge\n"
+            "from donation_course.grading.integrity.jax_before_fork import prepare_jax_for_forks\n"
+            "prepare_jax_for_forks()\n"
+            "print(xla_bridge._plugins_registered, bool(xla_bridge._backends), len(os.listdir('/proc/self/task')),"
+            " all(f'jaxlib.mlir.dialects.{n}' in sys.modules for n in ('mhlo', 'chlo', 'sdy', 'builtin')))")
     env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "HOME": "/tmp"}
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.stdout.split() == ["True", "False", "1"], (out.stdout, out.stderr[-2000:])
+    assert out.stdout.split() == ["True", "False", "1", "True"], (out.stdout, out.stderr[-2000:])

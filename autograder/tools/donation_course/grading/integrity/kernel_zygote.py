@@ -214,14 +214,12 @@ def serve(path: str) -> None:
     import jax  # noqa: F401
     import jax.numpy  # noqa: F401
     import numpy  # noqa: F401
-    from jax._src import xla_bridge
 
     from ..executors.zygote import name_process
     from . import audit, kernel, kernel_app, sandbox  # noqa: F401  (what a kernel runs before it starts)
+    from .jax_before_fork import prepare_jax_for_forks
 
-    # JAX looks for PJRT plugins (every installed distribution's entry points) before it starts a backend, about
-    # 6 ms: done here once, not in every kernel. It starts no backend and no thread (checked next).
-    xla_bridge._discover_and_register_pjrt_plugins()
+    prepare_jax_for_forks()  # what every kernel's first program would do again
 
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
         raise SystemExit("the kernel zygote must stay one thread to fork (an import started a thread)")

@@ -199,9 +199,10 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by a library goes to stderr, never into the replies
     import jax  # noqa: F401  (once, here: every child forks with it imported; no backend is started here)
-    from jax._src import xla_bridge
 
-    xla_bridge._discover_and_register_pjrt_plugins()  # once, not in every child's backend (no backend, no thread)
+    from ..integrity.jax_before_fork import prepare_jax_for_forks
+
+    prepare_jax_for_forks()  # what every child's first program would do again
 
     from . import judge
 
