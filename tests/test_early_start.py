@@ -34,15 +34,17 @@ def started(argv):
 
 
 @needs_bwrap
-def test_a_run_starts_early_only_what_its_local_workers_and_its_fill_can_take(fresh, tmp_path):
-    """None for a cluster, --no-sandbox, --help or a course that cannot be read. Zygotes: as many as the workers
+def test_a_run_starts_early_only_what_its_local_workers_and_its_fill_can_take(fresh, tmp_path, capsys):
+    """None for a cluster, --no-sandbox, --help, a malformed flag or a course that cannot be read. Zygotes: as many as the workers
     asked for, at most one per --student and at most MAX_ZYGOTES, for the course's cache folder. The fill's
     Python: only where that folder does not exist and the cache is on."""
     cache = str(Course(fresh).compile_cache)
     course = ["--course", str(fresh)]
     for argv in (["subs", *course, "--scheduler", "tcp://127.0.0.1:1"], ["subs", *course, "--no-sandbox"],
-                 ["subs", *course, "--help"], ["subs", "--course", str(tmp_path / "nothing")]):
+                 ["subs", *course, "--help"], ["subs", "--course", str(tmp_path / "nothing")],
+                 ["subs", *course, "--workers", "many"]):
         assert started(argv) == (0, None, False), argv
+    assert capsys.readouterr().err == ""  # a malformed flag is the run's own parser's to report, once
     assert started(["subs", *course, "--workers", "0"]) == (0, None, True)
     assert started(["subs", *course, "--workers", "3", "--student", "a"]) == (1, cache, True)
     assert started(["subs", *course, "--workers", "99", "--no-compile-cache"]) == (MAX_ZYGOTES, "", False)

@@ -37,6 +37,8 @@ class Handoff:
 
 
 class EarlyZygotes:
+    """`count` zygotes for kernels reading `compile_cache` ("" for none), started now by this process."""
+
     def __init__(self, compile_cache: str, count: int):
         self.compile_cache = compile_cache
         remove_orphans(Path("/tmp"), PREFIX)  # a killed run's (its zygotes died with it)
@@ -84,9 +86,3 @@ class EarlyZygotes:
         for i in range(len(self.zygotes)):
             self._stop(i)
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self) -> EarlyZygotes:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -42,7 +42,7 @@ def start_early(argv: list[str]) -> Early:
     from ...course import AUTOGRADER, Course, CourseError
     from .settings import available_cores
 
-    p = argparse.ArgumentParser(add_help=False)
+    p = _QuietParser(add_help=False)
     p.add_argument("--course", type=Path, default=AUTOGRADER)
     p.add_argument("--assignment", default=None)
     p.add_argument("--workers", type=int, default=None)
@@ -53,7 +53,7 @@ def start_early(argv: list[str]) -> Early:
     p.add_argument("-h", "--help", action="store_true")
     try:
         args, _ = p.parse_known_args(argv)
-    except SystemExit:  # a malformed flag: the run's own parser says so
+    except ValueError:  # a malformed flag: the run's own parser says so, once
         return Early()
     scheduler = args.scheduler if args.scheduler is not None else os.environ.get("DASK_SCHEDULER_ADDRESS")
     if args.help or args.no_sandbox or scheduler not in (None, "", "local") or not shutil.which("bwrap"):
@@ -73,7 +73,15 @@ def start_early(argv: list[str]) -> Early:
         count = min(workers, len(args.student or ()) or MAX_ZYGOTES, MAX_ZYGOTES)
         if count > 0:
             early.zygotes = EarlyZygotes("" if args.no_compile_cache else str(folder), count)
+    except Exception:  # (a folder it cannot write): the run meets the same and says so in one line
+        early.close()
+        return Early()
     except BaseException:
         early.close()
         raise
     return early
+
+
+class _QuietParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ValueError(message)
