@@ -35,10 +35,12 @@ def started(argv):
 
 @needs_bwrap
 def test_a_run_starts_early_only_what_its_local_workers_and_its_fill_can_take(fresh, tmp_path, capsys):
-    """None for a cluster, --no-sandbox, --help, a malformed flag or a course that cannot be read. Zygotes: as many as the workers
-    asked for, at most one per --student and at most MAX_ZYGOTES, for the course's cache folder. The fill's
-    Python: only where that folder does not exist and the cache is on."""
+    """None for a cluster, --no-sandbox, --help, a malformed flag or a course that cannot be read. Zygotes: as
+    many as the workers asked for, at most one per --student and at most MAX_ZYGOTES, for the course's cache
+    folder. The fill's Python: only where that folder does not exist and the cache is on. Nothing is written in
+    the course."""
     cache = str(Course(fresh).compile_cache)
+    before = sorted(p.name for p in fresh.iterdir())
     course = ["--course", str(fresh)]
     for argv in (["subs", *course, "--scheduler", "tcp://127.0.0.1:1"], ["subs", *course, "--no-sandbox"],
                  ["subs", *course, "--help"], ["subs", "--course", str(tmp_path / "nothing")],
@@ -49,6 +51,8 @@ def test_a_run_starts_early_only_what_its_local_workers_and_its_fill_can_take(fr
     assert started(["subs", *course, "--workers", "3", "--student", "a"]) == (1, cache, True)
     assert started(["subs", *course, "--workers", "99", "--no-compile-cache"]) == (MAX_ZYGOTES, "", False)
     assert started(["subs", *course, "--workers", "2"]) == (2, cache, True)
+    # nothing is written in the course before the run has read its input (bad input stops it there)
+    assert sorted(p.name for p in fresh.iterdir()) == before
     Course(fresh).compile_cache.mkdir(parents=True)
     try:
         assert started(["subs", *course, "--workers", "2"]) == (2, cache, False)
@@ -58,14 +62,15 @@ def test_a_run_starts_early_only_what_its_local_workers_and_its_fill_can_take(fr
 
 def test_a_fill_run_by_the_early_python_leaves_what_a_fill_without_it_leaves(fresh, tmp_path):
     """The early Python imports JAX and IPython before it knows the notebook; then it runs the notebook's main
-    path as fill_cells does, into the cache folder it was started for. Its entries are the ones a fill of the same
-    notebook without it leaves, name for name; the folder's stamp is the same; its home is removed."""
+    path as fill_cells does, into the cache folder it was started for, with the course's secret it is handed
+    then (the checks compile for the length it draws). Its entries are the ones a fill of the same notebook
+    without it leaves, name for name; the folder's stamp is the same; its home is removed."""
     from donation_course.grading.run.compile_cache import EarlyFill
 
     course = Course(fresh)
     folder = tmp_path / "early" / "compile-cache"
     folder.parent.mkdir()
-    early = EarlyFill(course, folder)
+    early = EarlyFill(folder)
     try:
         filling = Filling(course, folder, "digest", [EX], early)
         assert early.taken and filling.proc is early.proc
@@ -89,7 +94,7 @@ def test_an_early_fill_python_not_taken_is_ended_and_a_failing_one_says_why(fres
 
     course = Course(fresh)
     folder = tmp_path / "compile-cache"
-    early = EarlyFill(course, folder)
+    early = EarlyFill(folder)
     try:
         stems = [p.stem for p in notebooks_with_hidden_tests(course)][:2]
         assert len(stems) == 2

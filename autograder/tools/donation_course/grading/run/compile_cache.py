@@ -82,21 +82,22 @@ class EarlyFill:
     on the core the run's own imports leave idle), then waits for the notebook to run (fill_cells --wait). A fill
     of one notebook takes it (`Filling`); anything else ends it, and the fill starts its own as before."""
 
-    def __init__(self, course: Course, folder: Path):
-        from .prepare import draw_secret
-
+    def __init__(self, folder: Path):
         self.new = folder.with_name(folder.name + ".new")
         self.home = tempfile.mkdtemp(prefix="donation-lab-fill-")
         self.output = tempfile.TemporaryFile(mode="w+")
-        env = unsandboxed_env(self.home, cache=str(self.new), writable=True, draw_seed=draw_secret(course))
+        # nothing is written in the course before the run has read its input: the course's secret (prepare.py's
+        # draw_secret, made at the course's first preparation) comes with the notebook (`take`)
+        self.env = unsandboxed_env(self.home, cache=str(self.new), writable=True)
         self.proc = subprocess.Popen([sys.executable, "-P", "-m", "donation_course.grading.run.fill_cells", "--wait",
                                       str(os.getpid())], stdin=subprocess.PIPE, stdout=self.output,
-                                     stderr=subprocess.STDOUT, env=env, cwd=self.home, text=True)
+                                     stderr=subprocess.STDOUT, env=self.env, cwd=self.home, text=True)
         self.taken = False
 
-    def take(self, new: Path, name: str, notebook) -> subprocess.Popen | None:
-        """Run `notebook` (nbformat's, written as `name`, as run_notebooks writes it) into the cache folder `new`;
-        None if this Python was started for another."""
+    def take(self, new: Path, name: str, notebook, draw_seed: str) -> subprocess.Popen | None:
+        """Run `notebook` (nbformat's, written as `name`, as run_notebooks writes it) into the cache folder `new`,
+        with the course's secret `draw_seed` in its environment, as run_notebooks gives it; None if this Python was
+        started for another folder."""
         import nbformat
 
         if self.taken or new != self.new or self.proc.poll() is not None:
@@ -104,8 +105,10 @@ class EarlyFill:
         self.taken = True
         runs = Path(self.home) / name
         nbformat.write(notebook, runs)
+        wanted = unsandboxed_env(self.home, cache=str(self.new), writable=True, draw_seed=draw_seed)
+        env = {k: v for k, v in wanted.items() if self.env.get(k) != v}  # the environment run_notebooks gives
         try:
-            self.proc.stdin.write(f"{runs}\n")
+            self.proc.stdin.write(json.dumps({"notebook": str(runs), "env": env}) + "\n")
             self.proc.stdin.close()
         except OSError:
             return None  # it died meanwhile: its exit status says so (Filling.finish)
@@ -149,8 +152,10 @@ class Filling:
             self.new.mkdir(parents=True)
         if early is not None and len(self.todo) == 1:
             path = next(p for p in notebooks_with_hidden_tests(course) if p.stem == self.todo[0])
+            from .prepare import draw_secret
+
             nb = main_path_notebook(path)
-            self.proc = early.take(self.new, path.name, nb)
+            self.proc = early.take(self.new, path.name, nb, draw_secret(course))
             if self.proc is not None:
                 self.output, self.early_name = early.output, path.name
                 self.limit = CELL_TIMEOUT * max(1, sum(1 for cell in nb.cells if cell.cell_type == "code"))

@@ -68,7 +68,7 @@ def start_early(argv: list[str]) -> Early:
     early = Early()
     try:
         if not args.no_compile_cache and not folder.exists():
-            early.fill = EarlyFill(course, folder)
+            early.fill = EarlyFill(folder)
         workers = available_cores() if args.workers is None else args.workers
         count = min(workers, len(args.student or ()) or MAX_ZYGOTES, MAX_ZYGOTES)
         if count > 0:

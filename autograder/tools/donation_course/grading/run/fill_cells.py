@@ -32,8 +32,11 @@ def run_cells(path: str) -> None:
 
 def wait_for_notebook(parent: int) -> None:
     """`fill_cells --wait PARENT`: a fill started before the run knew whether it fills (compile_cache.EarlyFill).
-    Import what the cells will, then run the notebook whose path comes on stdin; nothing, if stdin closes first.
-    Dies with the run's process."""
+    Import what the cells will, then run the notebook that comes on stdin (one JSON line: its path, and what to
+    add to the environment first); nothing, if stdin closes first. Dies with the run's process."""
+    import json
+    import os
+
     from ..integrity.lifetime import die_with
 
     die_with(parent)
@@ -42,9 +45,11 @@ def wait_for_notebook(parent: int) -> None:
     import nbformat  # noqa: F401
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
-    path = sys.stdin.readline().strip()
-    if path:
-        run_cells(path)
+    line = sys.stdin.readline()
+    if line.strip():
+        job = json.loads(line)
+        os.environ.update(job["env"])
+        run_cells(job["notebook"])
 
 
 if __name__ == "__main__":
