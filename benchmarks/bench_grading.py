@@ -383,8 +383,9 @@ def tree_cpu(cmd, cwd=ROOT) -> tuple[float, dict]:
             try:
                 with q.oneshot():
                     key, times = (q.pid, q.create_time()), q.cpu_times()
-                    cmd = last[key][1] if key in last else " ".join(q.cmdline())
-                    last[key] = (q.name(), cmd, times.user + times.system)
+                    # read at every sample: a process first seen between its fork and its exec (serial nbgrader's
+                    # kernel) shows its parent's command line until the exec
+                    last[key] = (q.name(), " ".join(q.cmdline()), times.user + times.system)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
 

@@ -39,6 +39,23 @@ def test_the_grading_benchmarks_cpu_table_runs_and_names_each_role():
     assert re.search(r"^\| \*\*all\*\* \|", r.stdout, re.M) and "cores busy on average" in r.stdout, r.stdout
 
 
+def test_the_cpu_table_names_a_process_by_what_it_execs_not_by_its_parent_before_the_exec(tmp_path):
+    """A process first sampled between its fork and its exec (as serial nbgrader's kernel can be: jupyter_client
+    forks, then execs ipykernel_launcher) is named by the command it runs after, not by its parent's."""
+    # the parent's command line (this code) does not hold the name the child execs: 'ipykernel' + '_launcher'
+    code = ("import os, sys, time\npid = os.fork()\nif pid == 0:\n    time.sleep(0.3)\n"
+            "    os.execv(sys.executable, [sys.executable, '-c', 'import time\\nt = time.time()\\n"
+            "while time.time() - t < 0.5: pass', 'ipykernel' + '_launcher'])\nos.waitpid(pid, 0)\n")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_grading
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    _, roles = bench_grading.tree_cpu([sys.executable, "-c", code], cwd=tmp_path)
+    kernels = roles.get("kernels (the notebook's cells and the hidden checks)", 0.0)
+    assert kernels > 0.2, roles
+
+
 def test_the_cluster_benchmark_runs_to_its_table():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cluster.py"), "--n", "2", "--workers", "1",
                         "--once"], cwd=ROOT, capture_output=True, text=True, timeout=900)
