@@ -384,8 +384,9 @@ def tree_cpu(cmd, cwd=ROOT) -> tuple[float, dict]:
                 with q.oneshot():
                     key, times = (q.pid, q.create_time()), q.cpu_times()
                     # read at every sample: a process first seen between its fork and its exec (serial nbgrader's
-                    # kernel) shows its parent's command line until the exec
-                    last[key] = (q.name(), " ".join(q.cmdline()), times.user + times.system)
+                    # kernel) shows its parent's command line until the exec; one that is exiting shows none
+                    cmd = " ".join(q.cmdline()) or (last[key][1] if key in last else "")
+                    last[key] = (q.name(), cmd, times.user + times.system)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
 
