@@ -54,6 +54,26 @@ def notebooks_with_hidden_tests(course: Course) -> list:
             if any(HIDDEN in cell.source for cell in nbformat.read(path, as_version=4).cells)]
 
 
+def fill_env(home: str, cache: Path, draw_seed: str = "") -> dict:
+    """The environment a fill's notebook runs in: the grading kernels' fixed one, with `cache` as JAX's writable
+    compile cache and, with `draw_seed`, the course's secret (the checks compile for the length grading draws:
+    hidden/exercise.py)."""
+    return unsandboxed_env(home, cache=str(cache), writable=True, draw_seed=draw_seed)
+
+
+def time_limit(nb) -> int:
+    """Seconds a fill's run of `nb` may take: CELL_TIMEOUT for each code cell."""
+    return CELL_TIMEOUT * max(1, sum(1 for cell in nb.cells if cell.cell_type == "code"))
+
+
+def ended(name: str, code: int) -> str:
+    return f"{name} ended its run (exit status {code})"
+
+
+def ran_past(name: str, limit: int) -> str:
+    return f"{name} ran past {limit} s"
+
+
 @dataclass(frozen=True)
 class Filled:
     """What a cache folder holds: the digest of what it was filled from, and the notebooks run into it."""
@@ -88,7 +108,7 @@ class EarlyFill:
         self.output = tempfile.TemporaryFile(mode="w+")
         # nothing is written in the course before the run has read its input: the course's secret (prepare.py's
         # draw_secret, made at the course's first preparation) comes with the notebook (`take`)
-        self.env = unsandboxed_env(self.home, cache=str(self.new), writable=True)
+        self.env = fill_env(self.home, self.new)
         self.proc = subprocess.Popen([sys.executable, "-P", "-m", "donation_course.grading.run.fill_cells", "--wait",
                                       str(os.getpid())], stdin=subprocess.PIPE, stdout=self.output,
                                      stderr=subprocess.STDOUT, env=self.env, cwd=self.home, text=True)
@@ -105,7 +125,7 @@ class EarlyFill:
         self.taken = True
         runs = Path(self.home) / name
         nbformat.write(notebook, runs)
-        wanted = unsandboxed_env(self.home, cache=str(self.new), writable=True, draw_seed=draw_seed)
+        wanted = fill_env(self.home, self.new, draw_seed)
         env = {k: v for k, v in wanted.items() if self.env.get(k) != v}  # the environment run_notebooks gives
         try:
             self.proc.stdin.write(json.dumps({"notebook": str(runs), "env": env}) + "\n")
@@ -134,7 +154,8 @@ class Filling:
     def __init__(self, course: Course, folder: Path, digest: str, notebooks=None, early: EarlyFill | None = None):
         self.folder, self.digest = folder, digest
         self.limit, self.early_name = None, ""  # a fill run by an EarlyFill: its time limit, its notebook's name
-        wanted = {p.stem for p in notebooks_with_hidden_tests(course)}
+        sources = {p.stem: p for p in notebooks_with_hidden_tests(course)}
+        wanted = set(sources)
         if notebooks is not None:
             wanted &= set(notebooks)
         before = filled_from(folder)
@@ -151,14 +172,13 @@ class Filling:
             shutil.rmtree(folder, ignore_errors=True)
             self.new.mkdir(parents=True)
         if early is not None and len(self.todo) == 1:
-            path = next(p for p in notebooks_with_hidden_tests(course) if p.stem == self.todo[0])
             from .prepare import draw_secret
 
+            path = sources[self.todo[0]]
             nb = main_path_notebook(path)
             self.proc = early.take(self.new, path.name, nb, draw_secret(course))
             if self.proc is not None:
-                self.output, self.early_name = early.output, path.name
-                self.limit = CELL_TIMEOUT * max(1, sum(1 for cell in nb.cells if cell.cell_type == "code"))
+                self.output, self.early_name, self.limit = early.output, path.name, time_limit(nb)
                 return
         self.output = tempfile.TemporaryFile(mode="w+")
         # In a process of its own: the kernel client leaves threads behind, and
@@ -194,8 +214,7 @@ class Filling:
             shutil.rmtree(self.new, ignore_errors=True)
             why = (said.strip().splitlines() or ["no output"])[-1]
             if self.early_name:  # as run_notebooks says it
-                why = (f"{self.early_name} ran past {self.limit} s" if late else
-                       f"{self.early_name} ended its run (exit status {code})")
+                why = ran_past(self.early_name, self.limit) if late else ended(self.early_name, code)
             if self.kept:
                 return (f"note: the compile cache has no programs of {', '.join(self.todo)} (running the source's "
                         f"hidden tests failed: {why}); grading those without them")
@@ -261,22 +280,21 @@ def run_notebooks(course: Course, cache: Path, stems: list) -> None:
     from .prepare import draw_secret
 
     with tempfile.TemporaryDirectory(prefix="donation-lab-fill-") as home:
-        # the course's secret: the checks compile for the length grading draws (hidden/exercise.py)
-        env = unsandboxed_env(home, cache=str(cache), writable=True, draw_seed=draw_secret(course))
+        env = fill_env(home, cache, draw_secret(course))
         for path in notebooks_with_hidden_tests(course):
             if path.stem not in stems:
                 continue
             nb = main_path_notebook(path)
             runs = Path(home) / f"{path.stem}.ipynb"
             nbformat.write(nb, runs)
-            limit = CELL_TIMEOUT * max(1, sum(1 for cell in nb.cells if cell.cell_type == "code"))
+            limit = time_limit(nb)
             try:
                 subprocess.run([sys.executable, "-P", "-m", "donation_course.grading.run.fill_cells", str(runs)],
                                env=env, cwd=home, check=True, timeout=limit)
             except subprocess.CalledProcessError as exc:
-                raise SystemExit(f"{path.name} ended its run (exit status {exc.returncode})") from None
+                raise SystemExit(ended(path.name, exc.returncode)) from None
             except subprocess.TimeoutExpired:
-                raise SystemExit(f"{path.name} ran past {limit} s") from None
+                raise SystemExit(ran_past(path.name, limit)) from None
 
 
 if __name__ == "__main__":
